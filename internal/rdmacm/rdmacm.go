@@ -1,0 +1,494 @@
+//go:build linux && cgo
+
+// Package rdmacm is a thin cgo layer over librdmacm: an event channel whose fd
+// is non-blocking and waited on through Go's netpoller (a parked goroutine, not
+// a blocked thread), communication ids, address/route resolution, listen,
+// connect/accept/reject with private data, and disconnect.
+//
+// The library creates its own QPs (not rdma_create_qp), so rdma_cm never moves
+// a QP by itself: InitQPAttr hands back the attributes rdma_cm computed and the
+// caller applies them through verbs' validated state table.
+package rdmacm
+
+/*
+#cgo LDFLAGS: -lrdmacm -libverbs
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <rdma/rdma_cma.h>
+
+typedef struct {
+	struct rdma_cm_id *id;
+	struct rdma_cm_id *listen_id;
+	int event;
+	int status;
+	int priv_len;
+	uint8_t responder_resources, initiator_depth;
+	uint32_t qp_num;
+} goevent;
+
+// get_event takes one event without blocking (the fd is O_NONBLOCK), copies
+// what Go needs (including private data, which lives in the event), and acks it.
+// Returns 1 on an event, 0 on EAGAIN, -errno on error.
+static int get_event(struct rdma_event_channel *ch, goevent *out, uint8_t *priv, int cap) {
+	struct rdma_cm_event *ev;
+	if (rdma_get_cm_event(ch, &ev)) return errno == EAGAIN ? 0 : -errno;
+	out->id = ev->id;
+	out->listen_id = ev->listen_id;
+	out->event = ev->event;
+	out->status = ev->status;
+	out->priv_len = 0;
+	out->responder_resources = ev->param.conn.responder_resources;
+	out->initiator_depth = ev->param.conn.initiator_depth;
+	out->qp_num = ev->param.conn.qp_num;
+	if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+		int n = ev->param.conn.private_data_len < cap ? ev->param.conn.private_data_len : cap;
+		memcpy(priv, ev->param.conn.private_data, n);
+		out->priv_len = n;
+	}
+	rdma_ack_cm_event(ev);
+	return 1;
+}
+
+static int set_nonblock(int fd) {
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0) return -errno;
+	return fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
+}
+
+static struct rdma_event_channel *create_channel(int *err) {
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	*err = ch ? 0 : errno;
+	return ch;
+}
+
+static int create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id) {
+	return rdma_create_id(ch, id, NULL, RDMA_PS_TCP) ? -errno : 0;
+}
+
+static int conn_param_call(int accept, struct rdma_cm_id *id, const void *priv, int len,
+		uint8_t resp, uint8_t init, uint8_t retry, uint8_t rnr, uint32_t qpn) {
+	struct rdma_conn_param p;
+	memset(&p, 0, sizeof(p));
+	p.private_data = priv;
+	p.private_data_len = len;
+	p.responder_resources = resp;
+	p.initiator_depth = init;
+	p.retry_count = retry;
+	p.rnr_retry_count = rnr;
+	p.qp_num = qpn;
+	int ret = accept ? rdma_accept(id, &p) : rdma_connect(id, &p);
+	return ret ? -errno : 0;
+}
+
+static int errno_or(int ret) { return ret ? -errno : 0; }
+static void *id_verbs(struct rdma_cm_id *id) { return id->verbs; }
+static uint8_t id_port(struct rdma_cm_id *id) { return id->port_num; }
+static struct sockaddr *local_addr(struct rdma_cm_id *id) { return rdma_get_local_addr(id); }
+static struct sockaddr *peer_addr(struct rdma_cm_id *id) { return rdma_get_peer_addr(id); }
+static int init_qp_attr(struct rdma_cm_id *id, void *attr, int state, int *mask) {
+	((struct ibv_qp_attr *)attr)->qp_state = state;
+	return rdma_init_qp_attr(id, attr, mask) ? -errno : 0;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gordma/rdma/internal/verbs"
+)
+
+// ErrNoCM is returned when the rdma_cm device is missing.
+var ErrNoCM = errors.New("rdma_cm unavailable: /dev/infiniband/rdma_cm is missing " +
+	"(no RDMA device, or rdma_ucm not loaded: modprobe rdma_ucm)")
+
+// EventType mirrors enum rdma_cm_event_type.
+type EventType int
+
+const (
+	EventAddrResolved    EventType = C.RDMA_CM_EVENT_ADDR_RESOLVED
+	EventAddrError       EventType = C.RDMA_CM_EVENT_ADDR_ERROR
+	EventRouteResolved   EventType = C.RDMA_CM_EVENT_ROUTE_RESOLVED
+	EventRouteError      EventType = C.RDMA_CM_EVENT_ROUTE_ERROR
+	EventConnectRequest  EventType = C.RDMA_CM_EVENT_CONNECT_REQUEST
+	EventConnectResponse EventType = C.RDMA_CM_EVENT_CONNECT_RESPONSE
+	EventConnectError    EventType = C.RDMA_CM_EVENT_CONNECT_ERROR
+	EventUnreachable     EventType = C.RDMA_CM_EVENT_UNREACHABLE
+	EventRejected        EventType = C.RDMA_CM_EVENT_REJECTED
+	EventEstablished     EventType = C.RDMA_CM_EVENT_ESTABLISHED
+	EventDisconnected    EventType = C.RDMA_CM_EVENT_DISCONNECTED
+	EventDeviceRemoval   EventType = C.RDMA_CM_EVENT_DEVICE_REMOVAL
+	EventAddrChange      EventType = C.RDMA_CM_EVENT_ADDR_CHANGE
+	EventTimewaitExit    EventType = C.RDMA_CM_EVENT_TIMEWAIT_EXIT
+)
+
+func (t EventType) String() string {
+	return C.GoString(C.rdma_event_str(C.enum_rdma_cm_event_type(t)))
+}
+
+// Event is one CM event, copied out of librdmacm and already acknowledged.
+type Event struct {
+	Type        EventType
+	Status      int    // negative errno, or a CM reject reason for EventRejected
+	ID          *ID    // the id the event is for (a new, unowned id for EventConnectRequest)
+	PrivateData []byte // as sent by the peer; IB/RoCE pad it with zeros to the maximum
+	// From the peer's connection parameters (EventConnectRequest / EventConnectResponse).
+	ResponderResources, InitiatorDepth uint8
+	QPNum                              uint32
+}
+
+// Channel is an rdma_cm event channel. A goroutine reads its events through
+// the netpoller and delivers them on Events.
+type Channel struct {
+	ch     *C.struct_rdma_event_channel
+	file   *os.File // a dup of the channel fd, registered with the netpoller
+	mu     sync.Mutex
+	ids    map[*C.struct_rdma_cm_id]*ID
+	events chan Event
+	done   chan struct{}
+}
+
+// NewChannel creates an event channel and starts delivering its events.
+func NewChannel() (*Channel, error) {
+	var e C.int
+	ch := C.create_channel(&e)
+	if ch == nil {
+		if e == C.ENODEV || e == C.ENOENT {
+			return nil, ErrNoCM
+		}
+		return nil, fmt.Errorf("rdma_create_event_channel: %w", syscall.Errno(e))
+	}
+	if ret := C.set_nonblock(ch.fd); ret != 0 {
+		C.rdma_destroy_event_channel(ch)
+		return nil, fmt.Errorf("rdma_cm channel non-blocking: %w", syscall.Errno(-ret))
+	}
+	dup, err := unix.FcntlInt(uintptr(ch.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		C.rdma_destroy_event_channel(ch)
+		return nil, fmt.Errorf("dup rdma_cm channel fd: %w", err)
+	}
+	c := &Channel{
+		ch:     ch,
+		file:   os.NewFile(uintptr(dup), "rdma_cm"),
+		ids:    make(map[*C.struct_rdma_cm_id]*ID),
+		events: make(chan Event, 16),
+		done:   make(chan struct{}),
+	}
+	go c.loop()
+	return c, nil
+}
+
+// Events delivers the channel's events; it is closed when the channel is.
+func (c *Channel) Events() <-chan Event { return c.events }
+
+func (c *Channel) loop() {
+	defer close(c.events)
+	rc, err := c.file.SyscallConn()
+	if err != nil {
+		return
+	}
+	var ev C.goevent
+	priv := make([]byte, 256)
+	for {
+		var got C.int
+		err := rc.Read(func(uintptr) bool {
+			got = C.get_event(c.ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
+			return got != 0
+		})
+		if err != nil || got < 0 {
+			return // the file was closed (Close) or the channel failed
+		}
+		out := Event{
+			Type: EventType(ev.event), Status: int(ev.status),
+			ResponderResources: uint8(ev.responder_resources), InitiatorDepth: uint8(ev.initiator_depth),
+			QPNum: uint32(ev.qp_num),
+		}
+		if ev.priv_len > 0 {
+			out.PrivateData = append([]byte(nil), priv[:ev.priv_len]...)
+		}
+		c.mu.Lock()
+		out.ID = c.ids[ev.id]
+		if out.ID == nil && out.Type == EventConnectRequest {
+			out.ID = &ID{id: ev.id}
+		}
+		c.mu.Unlock()
+		if out.ID == nil {
+			continue // an id this channel no longer tracks (destroyed or migrated)
+		}
+		select {
+		case c.events <- out:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// Close stops delivery and destroys the channel. Every id on it must be
+// destroyed or migrated first. Idempotent.
+func (c *Channel) Close() error {
+	c.mu.Lock()
+	if c.ch == nil {
+		c.mu.Unlock()
+		return nil
+	}
+	close(c.done)
+	ch := c.ch
+	c.ch = nil
+	c.mu.Unlock()
+	c.file.Close() // wakes loop's Read
+	for range c.events {
+	}
+	C.rdma_destroy_event_channel(ch)
+	return nil
+}
+
+// ID is an rdma_cm communication identifier.
+type ID struct {
+	mu sync.Mutex
+	id *C.struct_rdma_cm_id
+	ch *Channel
+}
+
+// CreateID creates an id in the TCP port space on c.
+func (c *Channel) CreateID() (*ID, error) {
+	var id *C.struct_rdma_cm_id
+	if ret := C.create_id(c.ch, &id); ret != 0 {
+		return nil, fmt.Errorf("rdma_create_id: %w", syscall.Errno(-ret))
+	}
+	i := &ID{id: id, ch: c}
+	c.mu.Lock()
+	c.ids[id] = i
+	c.mu.Unlock()
+	return i, nil
+}
+
+// Migrate moves the id (e.g. one from EventConnectRequest) to channel c.
+func (i *ID) Migrate(c *Channel) error {
+	old := i.ch
+	c.mu.Lock()
+	c.ids[i.id] = i
+	c.mu.Unlock()
+	if ret := C.errno_or(C.rdma_migrate_id(i.id, c.ch)); ret != 0 {
+		c.mu.Lock()
+		delete(c.ids, i.id)
+		c.mu.Unlock()
+		return fmt.Errorf("rdma_migrate_id: %w", syscall.Errno(-ret))
+	}
+	if old != nil {
+		old.mu.Lock()
+		delete(old.ids, i.id)
+		old.mu.Unlock()
+	}
+	i.ch = c
+	return nil
+}
+
+func toSockaddr(ap netip.AddrPort) (unsafe.Pointer, func()) {
+	if ap.Addr().Is4() || ap.Addr().Is4In6() {
+		sa := (*C.struct_sockaddr_in)(C.calloc(1, C.sizeof_struct_sockaddr_in))
+		sa.sin_family = C.AF_INET
+		sa.sin_port = C.in_port_t(htons(ap.Port()))
+		a := ap.Addr().Unmap().As4()
+		C.memcpy(unsafe.Pointer(&sa.sin_addr), unsafe.Pointer(&a[0]), 4)
+		return unsafe.Pointer(sa), func() { C.free(unsafe.Pointer(sa)) }
+	}
+	sa := (*C.struct_sockaddr_in6)(C.calloc(1, C.sizeof_struct_sockaddr_in6))
+	sa.sin6_family = C.AF_INET6
+	sa.sin6_port = C.in_port_t(htons(ap.Port()))
+	a := ap.Addr().As16()
+	C.memcpy(unsafe.Pointer(&sa.sin6_addr), unsafe.Pointer(&a[0]), 16)
+	return unsafe.Pointer(sa), func() { C.free(unsafe.Pointer(sa)) }
+}
+
+func fromSockaddr(p *C.struct_sockaddr) netip.AddrPort {
+	if p == nil {
+		return netip.AddrPort{}
+	}
+	switch p.sa_family {
+	case C.AF_INET:
+		sa := (*C.struct_sockaddr_in)(unsafe.Pointer(p))
+		var a [4]byte
+		C.memcpy(unsafe.Pointer(&a[0]), unsafe.Pointer(&sa.sin_addr), 4)
+		return netip.AddrPortFrom(netip.AddrFrom4(a), htons(uint16(sa.sin_port)))
+	case C.AF_INET6:
+		sa := (*C.struct_sockaddr_in6)(unsafe.Pointer(p))
+		var a [16]byte
+		C.memcpy(unsafe.Pointer(&a[0]), unsafe.Pointer(&sa.sin6_addr), 16)
+		return netip.AddrPortFrom(netip.AddrFrom16(a), htons(uint16(sa.sin6_port)))
+	}
+	return netip.AddrPort{}
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// BindAddr binds the id to a local address (port 0 picks a free port on listen).
+func (i *ID) BindAddr(ap netip.AddrPort) error {
+	sa, free := toSockaddr(ap)
+	defer free()
+	if ret := C.errno_or(C.rdma_bind_addr(i.id, (*C.struct_sockaddr)(sa))); ret != 0 {
+		return fmt.Errorf("rdma_bind_addr %s: %w", ap, syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// Listen starts listening; connection requests arrive as EventConnectRequest.
+func (i *ID) Listen(backlog int) error {
+	if ret := C.errno_or(C.rdma_listen(i.id, C.int(backlog))); ret != 0 {
+		return fmt.Errorf("rdma_listen: %w", syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// ResolveAddr starts resolving dst (from src if valid); EventAddrResolved follows.
+func (i *ID) ResolveAddr(src, dst netip.AddrPort, timeoutMS int) error {
+	dsa, freeDst := toSockaddr(dst)
+	defer freeDst()
+	var ssa unsafe.Pointer
+	if src.IsValid() {
+		var freeSrc func()
+		ssa, freeSrc = toSockaddr(src)
+		defer freeSrc()
+	}
+	if ret := C.errno_or(C.rdma_resolve_addr(i.id, (*C.struct_sockaddr)(ssa), (*C.struct_sockaddr)(dsa), C.int(timeoutMS))); ret != 0 {
+		return fmt.Errorf("rdma_resolve_addr %s: %w", dst, syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// ResolveRoute starts route resolution; EventRouteResolved follows.
+func (i *ID) ResolveRoute(timeoutMS int) error {
+	if ret := C.errno_or(C.rdma_resolve_route(i.id, C.int(timeoutMS))); ret != 0 {
+		return fmt.Errorf("rdma_resolve_route: %w", syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// ConnParam are the connection parameters sent with connect or accept.
+type ConnParam struct {
+	PrivateData        []byte
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	RetryCount         uint8
+	RNRRetryCount      uint8
+	QPNum              uint32
+}
+
+func (i *ID) connParam(accept bool, p ConnParam) error {
+	var priv unsafe.Pointer
+	if len(p.PrivateData) > 0 {
+		priv = C.CBytes(p.PrivateData)
+		defer C.free(priv)
+	}
+	a := C.int(0)
+	if accept {
+		a = 1
+	}
+	if ret := C.conn_param_call(a, i.id, priv, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources),
+		C.uint8_t(p.InitiatorDepth), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount), C.uint32_t(p.QPNum)); ret != 0 {
+		op := "rdma_connect"
+		if accept {
+			op = "rdma_accept"
+		}
+		return fmt.Errorf("%s: %w", op, syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// Connect sends the connection request (EventConnectResponse, EventRejected, ... follow).
+func (i *ID) Connect(p ConnParam) error { return i.connParam(false, p) }
+
+// Accept accepts a connection request (EventEstablished follows).
+func (i *ID) Accept(p ConnParam) error { return i.connParam(true, p) }
+
+// Establish completes an active connection whose QP the caller moved to RTS.
+func (i *ID) Establish() error {
+	if ret := C.errno_or(C.rdma_establish(i.id)); ret != 0 {
+		return fmt.Errorf("rdma_establish: %w", syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// Reject refuses a connection request, carrying privateData to the peer.
+func (i *ID) Reject(privateData []byte) error {
+	var priv unsafe.Pointer
+	if len(privateData) > 0 {
+		priv = C.CBytes(privateData)
+		defer C.free(priv)
+	}
+	if ret := C.errno_or(C.rdma_reject(i.id, priv, C.uint8_t(len(privateData)))); ret != 0 {
+		return fmt.Errorf("rdma_reject: %w", syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// Disconnect tears the connection down (the peer gets EventDisconnected).
+func (i *ID) Disconnect() error {
+	if ret := C.errno_or(C.rdma_disconnect(i.id)); ret != 0 {
+		return fmt.Errorf("rdma_disconnect: %w", syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// Verbs is the device context the id is bound to (nil before address resolution).
+func (i *ID) Verbs() unsafe.Pointer { return C.id_verbs(i.id) }
+
+// PortNum is the device port the id is bound to.
+func (i *ID) PortNum() uint8 { return uint8(C.id_port(i.id)) }
+
+// LocalAddr and PeerAddr report the id's addresses.
+func (i *ID) LocalAddr() netip.AddrPort { return fromSockaddr(C.local_addr(i.id)) }
+func (i *ID) PeerAddr() netip.AddrPort  { return fromSockaddr(C.peer_addr(i.id)) }
+
+// InitQPAttr asks rdma_cm for the attributes that move a QP to state.
+func (i *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
+	buf := C.calloc(1, C.size_t(verbs.SizeofQPAttr))
+	defer C.free(buf)
+	var mask C.int
+	if ret := C.init_qp_attr(i.id, buf, C.int(state), &mask); ret != 0 {
+		return verbs.QPAttr{}, 0, fmt.Errorf("rdma_init_qp_attr %s: %w", state, syscall.Errno(-ret))
+	}
+	return verbs.QPAttrFromC(buf), verbs.AttrMask(mask), nil
+}
+
+// Destroy destroys the id. Idempotent. Its events must all be acknowledged,
+// which the channel does as it reads them.
+func (i *ID) Destroy() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.id == nil {
+		return nil
+	}
+	if i.ch != nil {
+		i.ch.mu.Lock()
+		delete(i.ch.ids, i.id)
+		i.ch.mu.Unlock()
+	}
+	ret := C.errno_or(C.rdma_destroy_id(i.id))
+	i.id = nil
+	if ret != 0 {
+		return fmt.Errorf("rdma_destroy_id: %w", syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// Adopt registers an id that arrived with EventConnectRequest on channel c, so
+// that its later events (until it is migrated) are delivered.
+func (c *Channel) Adopt(i *ID) {
+	c.mu.Lock()
+	c.ids[i.id] = i
+	c.mu.Unlock()
+	i.ch = c
+}
+
+var _ = net.IPv4len

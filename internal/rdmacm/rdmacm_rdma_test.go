@@ -1,0 +1,211 @@
+//go:build linux && cgo
+
+package rdmacm
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/gordma/rdma/internal/rdmatest"
+	"github.com/gordma/rdma/internal/verbs"
+)
+
+func next(t *testing.T, c *Channel, want EventType) Event {
+	t.Helper()
+	select {
+	case ev, ok := <-c.Events():
+		if !ok {
+			t.Fatalf("channel closed waiting for %s", want)
+		}
+		if ev.Type != want {
+			t.Fatalf("got event %s (status %d), want %s", ev.Type, ev.Status, want)
+		}
+		return ev
+	case <-time.After(rdmatest.Scale(10 * time.Second)):
+		t.Fatalf("timed out waiting for %s", want)
+	}
+	return Event{}
+}
+
+// qpFor creates an RC QP on the id's device and moves it to state through the
+// validated table with the attributes rdma_cm computes.
+type endpoint struct {
+	pd *verbs.PD
+	cq *verbs.CQ
+	qp *verbs.QP
+	lim verbs.PortLimits
+}
+
+func newEndpoint(t *testing.T, id *ID) *endpoint {
+	ctx := verbs.WrapContext(id.Verbs())
+	port, err := ctx.QueryPort(id.PortNum())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &endpoint{lim: port.Limits(dev)}
+	if e.pd, err = ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if e.cq, err = ctx.CreateCQ(8, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.qp, err = e.pd.CreateQP(verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SendWR: 4, RecvWR: 4}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *endpoint) moveTo(t *testing.T, id *ID, s verbs.QPState) {
+	t.Helper()
+	attr, mask, err := id.InitQPAttr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.qp.Modify(&attr, mask, e.lim); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *endpoint) close() {
+	e.qp.Close()
+	e.cq.Close()
+	e.pd.Close()
+}
+
+// TestConnectAcceptDisconnect walks the whole rdma_cm life cycle on RDMA_TEST_ADDR:
+// listen on port 0, resolve, connect with private data, accept, established,
+// disconnect on both sides.
+func TestConnectAcceptDisconnect(t *testing.T) {
+	env := rdmatest.Require(t)
+	addr := netip.MustParseAddr(env.Addr)
+
+	lch, err := NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lch.Close()
+	lid, err := lch.CreateID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lid.Destroy()
+	if err := lid.BindAddr(netip.AddrPortFrom(addr, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := lid.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	laddr := lid.LocalAddr()
+	if laddr.Port() == 0 || laddr.Addr() != addr {
+		t.Fatalf("listener address %v, want %v with a port", laddr, addr)
+	}
+
+	cch, err := NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cch.Close()
+	cid, err := cch.CreateID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cid.Destroy()
+	if err := cid.ResolveAddr(netip.AddrPort{}, laddr, 2000); err != nil {
+		t.Fatal(err)
+	}
+	next(t, cch, EventAddrResolved)
+	if err := cid.ResolveRoute(2000); err != nil {
+		t.Fatal(err)
+	}
+	next(t, cch, EventRouteResolved)
+	ce := newEndpoint(t, cid)
+	defer ce.close()
+	ce.moveTo(t, cid, verbs.StateInit)
+	if err := cid.Connect(ConnParam{PrivateData: []byte("hello-req"), ResponderResources: 1, InitiatorDepth: 1,
+		RetryCount: 7, RNRRetryCount: 7, QPNum: ce.qp.Num}); err != nil {
+		t.Fatal(err)
+	}
+
+	req := next(t, lch, EventConnectRequest)
+	if string(req.PrivateData[:9]) != "hello-req" || req.QPNum != ce.qp.Num {
+		t.Fatalf("request private data %q qpn 0x%x", req.PrivateData, req.QPNum)
+	}
+	sid := req.ID
+	sch, err := NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sch.Close()
+	if err := sid.Migrate(sch); err != nil {
+		t.Fatal(err)
+	}
+	defer sid.Destroy()
+	se := newEndpoint(t, sid)
+	defer se.close()
+	for _, s := range []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS} {
+		se.moveTo(t, sid, s)
+	}
+	if err := sid.Accept(ConnParam{PrivateData: []byte("hello-rep"), ResponderResources: 1, InitiatorDepth: 1,
+		RNRRetryCount: 7, QPNum: se.qp.Num}); err != nil {
+		t.Fatal(err)
+	}
+
+	rep := next(t, cch, EventConnectResponse)
+	if string(rep.PrivateData[:9]) != "hello-rep" {
+		t.Fatalf("response private data %q", rep.PrivateData)
+	}
+	ce.moveTo(t, cid, verbs.StateRTR)
+	ce.moveTo(t, cid, verbs.StateRTS)
+	if err := cid.Establish(); err != nil {
+		t.Fatal(err)
+	}
+	next(t, sch, EventEstablished)
+	if got := sid.PeerAddr().Addr(); got != addr {
+		t.Fatalf("server sees peer %v", got)
+	}
+
+	if err := cid.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	next(t, sch, EventDisconnected)
+	if err := sid.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	next(t, cch, EventDisconnected)
+}
+
+// TestConnectRefused: nobody listens on the port, the request is rejected quickly.
+func TestConnectRefused(t *testing.T) {
+	env := rdmatest.Require(t)
+	ch, err := NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	id, err := ch.CreateID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	if err := id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(netip.MustParseAddr(env.Addr), 1), 2000); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, EventAddrResolved)
+	if err := id.ResolveRoute(2000); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, EventRouteResolved)
+	e := newEndpoint(t, id)
+	defer e.close()
+	e.moveTo(t, id, verbs.StateInit)
+	if err := id.Connect(ConnParam{RetryCount: 7, RNRRetryCount: 7, QPNum: e.qp.Num}); err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, ch, EventRejected)
+	t.Logf("rejected with status %d", ev.Status)
+}

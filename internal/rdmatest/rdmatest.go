@@ -1,0 +1,52 @@
+// Package rdmatest holds helpers for tests that need a real RDMA device.
+//
+// Such tests call Require first. Outside an RDMA environment it skips them (so
+// `go test ./...` works anywhere); `make test` runs the test binaries inside
+// scripts/softroce, where RDMA_TEST_DEVICE is set, and fails if any test
+// skipped. Require also records the test's name in $RDMA_TEST_LOG, from which
+// `make test` counts the RDMA tests that really ran.
+package rdmatest
+
+import (
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Env is the RDMA environment scripts/softroce exports.
+type Env struct {
+	Device string // RDMA_TEST_DEVICE, e.g. rxe0
+	Addr   string // RDMA_TEST_ADDR, an IPv4 address of the RDMA netdev
+	Netdev string // RDMA_TEST_NETDEV
+}
+
+var logMu sync.Mutex
+
+// Require skips t unless an RDMA device is available, and returns its environment.
+func Require(t testing.TB) Env {
+	t.Helper()
+	e := Env{Device: os.Getenv("RDMA_TEST_DEVICE"), Addr: os.Getenv("RDMA_TEST_ADDR"), Netdev: os.Getenv("RDMA_TEST_NETDEV")}
+	if e.Device == "" || e.Addr == "" {
+		t.Skip("needs an RDMA device: run through scripts/softroce run (make test does)")
+	}
+	if p := os.Getenv("RDMA_TEST_LOG"); p != "" {
+		logMu.Lock()
+		if f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			f.WriteString(t.Name() + "\n")
+			f.Close()
+		}
+		logMu.Unlock()
+	}
+	return e
+}
+
+// Scale stretches a timeout by RDMA_TEST_TIMESCALE (default 1): emulated
+// Soft-RoCE under TCG is one to two orders of magnitude slower than hardware.
+func Scale(d time.Duration) time.Duration {
+	if f, err := strconv.ParseFloat(os.Getenv("RDMA_TEST_TIMESCALE"), 64); err == nil && f > 0 {
+		return time.Duration(float64(d) * f)
+	}
+	return d
+}

@@ -1,0 +1,367 @@
+//go:build linux && cgo
+
+package verbs
+
+/*
+#include <string.h>
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+
+// gosendwr / gorecvwr are the flat work requests shared with Go (layouts = verbs.SendWR / RecvWR).
+typedef struct {
+	uint64_t wr_id, addr, remote_addr;
+	uint32_t len, lkey, opcode, flags, imm, rkey;
+} gosendwr;
+typedef struct {
+	uint64_t wr_id, addr;
+	uint32_t len, lkey;
+} gorecvwr;
+
+#define POST_BATCH 64
+
+// post_send chains n work requests (one SGE each, none for zero length) and
+// posts them in one ibv_post_send. Returns 0 or -errno; *bad is the index of the
+// first request not posted.
+static int post_send(struct ibv_qp *qp, gosendwr *in, int n, int *bad) {
+	struct ibv_send_wr wr[POST_BATCH], *badwr = NULL;
+	struct ibv_sge sge[POST_BATCH];
+	if (n > POST_BATCH) n = POST_BATCH;
+	memset(wr, 0, sizeof(wr[0]) * n);
+	for (int i = 0; i < n; i++) {
+		sge[i].addr = in[i].addr;
+		sge[i].length = in[i].len;
+		sge[i].lkey = in[i].lkey;
+		wr[i].wr_id = in[i].wr_id;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = in[i].len ? 1 : 0;
+		wr[i].opcode = in[i].opcode;
+		wr[i].send_flags = in[i].flags;
+		wr[i].imm_data = htonl(in[i].imm);
+		wr[i].wr.rdma.remote_addr = in[i].remote_addr;
+		wr[i].wr.rdma.rkey = in[i].rkey;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+	}
+	int ret = ibv_post_send(qp, wr, &badwr);
+	*bad = badwr ? (int)(badwr - wr) : n;
+	return ret > 0 ? -ret : ret;
+}
+
+static int post_recv(struct ibv_qp *qp, gorecvwr *in, int n, int *bad) {
+	struct ibv_recv_wr wr[POST_BATCH], *badwr = NULL;
+	struct ibv_sge sge[POST_BATCH];
+	if (n > POST_BATCH) n = POST_BATCH;
+	for (int i = 0; i < n; i++) {
+		sge[i].addr = in[i].addr;
+		sge[i].length = in[i].len;
+		sge[i].lkey = in[i].lkey;
+		wr[i].wr_id = in[i].wr_id;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = in[i].len ? 1 : 0;
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+	}
+	int ret = ibv_post_recv(qp, wr, &badwr);
+	*bad = badwr ? (int)(badwr - wr) : n;
+	return ret > 0 ? -ret : ret;
+}
+
+static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uint32_t qkey,
+		uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey) {
+	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = rqpn;
+	wr.wr.ud.remote_qkey = qkey;
+	int ret = ibv_post_send(qp, &wr, &bad);
+	return ret > 0 ? -ret : ret;
+}
+
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, int type,
+		uint32_t send_wr, uint32_t recv_wr, uint32_t inline_data, uint32_t *max_inline) {
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof(a));
+	a.send_cq = scq;
+	a.recv_cq = rcq;
+	a.qp_type = type;
+	a.cap.max_send_wr = send_wr;
+	a.cap.max_recv_wr = recv_wr;
+	a.cap.max_send_sge = 1;
+	a.cap.max_recv_sge = 1;
+	a.cap.max_inline_data = inline_data;
+	a.sq_sig_all = 0;
+	struct ibv_qp *qp = ibv_create_qp(pd, &a);
+	if (qp) *max_inline = a.cap.max_inline_data;
+	return qp;
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Send opcodes and flags (subset of ibv_wr_opcode / ibv_send_flags the library uses).
+const (
+	OpRDMAWrite        uint32 = C.IBV_WR_RDMA_WRITE
+	OpRDMAWriteWithImm uint32 = C.IBV_WR_RDMA_WRITE_WITH_IMM
+	OpSend             uint32 = C.IBV_WR_SEND
+	OpSendWithImm      uint32 = C.IBV_WR_SEND_WITH_IMM
+	OpRDMARead         uint32 = C.IBV_WR_RDMA_READ
+
+	SendSignaled uint32 = C.IBV_SEND_SIGNALED
+	SendInline   uint32 = C.IBV_SEND_INLINE
+	SendFence    uint32 = C.IBV_SEND_FENCE
+)
+
+// SendWR is one send-queue work request with a single scatter/gather entry.
+type SendWR struct {
+	WRID       uint64
+	Addr       uint64
+	RemoteAddr uint64
+	Len        uint32
+	LKey       uint32
+	Opcode     uint32
+	Flags      uint32
+	Imm        uint32 // host byte order
+	RKey       uint32
+}
+
+// RecvWR is one receive work request with a single scatter/gather entry.
+type RecvWR struct {
+	WRID uint64
+	Addr uint64
+	Len  uint32
+	LKey uint32
+}
+
+// QPConfig sizes a queue pair.
+type QPConfig struct {
+	Type       QPType
+	SendCQ     *CQ
+	RecvCQ     *CQ
+	SendWR     int
+	RecvWR     int
+	InlineData int
+}
+
+// QP is a queue pair. It keeps its PD and CQs alive. Every state change goes
+// through its StateGuard, which validates it against the transition table.
+type QP struct {
+	mu        sync.Mutex
+	qp        *C.struct_ibv_qp
+	pd        *PD
+	cfg       QPConfig
+	guard     *StateGuard
+	Num       uint32
+	MaxInline int
+}
+
+// CreateQP creates a queue pair in RESET.
+func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	var maxInline C.uint32_t
+	qp, err := C.create_qp(p.pd, cfg.SendCQ.cq, cfg.RecvCQ.cq, C.int(cfg.Type),
+		C.uint32_t(cfg.SendWR), C.uint32_t(cfg.RecvWR), C.uint32_t(cfg.InlineData), &maxInline)
+	if qp == nil {
+		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %s send_wr=%d recv_wr=%d", cfg.Type, cfg.SendWR, cfg.RecvWR), err, 0)
+	}
+	q := &QP{qp: qp, pd: p, cfg: cfg, Num: uint32(qp.qp_num), MaxInline: int(maxInline)}
+	q.guard = NewStateGuard(q.Num, cfg.Type)
+	return q, nil
+}
+
+// Type is the QP's transport type.
+func (q *QP) Type() QPType { return q.cfg.Type }
+
+// State is the state the library last moved the QP to.
+func (q *QP) State() QPState { return q.guard.State() }
+
+// MarkError records that the QP entered ERR on its own (a fatal async event or
+// an error completion), so later transitions are validated from ERR.
+func (q *QP) MarkError() { q.guard.Force(StateErr) }
+
+// Modify validates (attr, mask) against the transition table and the port's
+// limits, then applies it with ibv_modify_qp.
+func (q *QP) Modify(attr *QPAttr, mask AttrMask, lim PortLimits) error {
+	return q.guard.Modify(attr, mask, lim, func(a *QPAttr, m AttrMask) error {
+		var ca C.struct_ibv_qp_attr
+		toC(a, &ca)
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.qp == nil {
+			return ErrClosed
+		}
+		if ret := C.ibv_modify_qp(q.qp, &ca, C.int(m)); ret != 0 {
+			return errnoErr("ibv_modify_qp", nil, ret)
+		}
+		return nil
+	})
+}
+
+// Query asks the device for the QP's current state (not the library's record).
+func (q *QP) Query() (QPState, error) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	if ret := C.ibv_query_qp(q.qp, &a, C.IBV_QP_STATE, &ia); ret != 0 {
+		return 0, errnoErr("ibv_query_qp", nil, ret)
+	}
+	return QPState(a.qp_state), nil
+}
+
+// PostSend posts wrs in as few ibv_post_send calls as possible (64 per call).
+func (q *QP) PostSend(wrs []SendWR) error {
+	for len(wrs) > 0 {
+		var bad C.int
+		ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)), &bad)
+		if ret != 0 {
+			return errnoErr(fmt.Sprintf("ibv_post_send QP 0x%x (request %d)", q.Num, int(bad)), nil, ret)
+		}
+		wrs = wrs[int(bad):]
+	}
+	return nil
+}
+
+// PostRecv posts receive requests in batches of up to 64 per call.
+func (q *QP) PostRecv(wrs []RecvWR) error {
+	for len(wrs) > 0 {
+		var bad C.int
+		ret := C.post_recv(q.qp, (*C.gorecvwr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)), &bad)
+		if ret != 0 {
+			return errnoErr(fmt.Sprintf("ibv_post_recv QP 0x%x (request %d)", q.Num, int(bad)), nil, ret)
+		}
+		wrs = wrs[int(bad):]
+	}
+	return nil
+}
+
+// Close destroys the QP. Idempotent.
+func (q *QP) Close() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return nil
+	}
+	if ret := C.ibv_destroy_qp(q.qp); ret != 0 {
+		return errnoErr("ibv_destroy_qp", nil, ret)
+	}
+	q.qp = nil
+	return nil
+}
+
+// Ptr exposes the C pointer for internal/rdmacm (rdma_init_qp_attr needs none,
+// but some calls want the QP). It is an unsafe.Pointer to struct ibv_qp.
+func (q *QP) Ptr() unsafe.Pointer { return unsafe.Pointer(q.qp) }
+
+// AH is an address handle for UD sends.
+type AH struct {
+	ah *C.struct_ibv_ah
+	pd *PD
+}
+
+// CreateAH creates an address handle from attr.
+func (p *PD) CreateAH(attr *AHAttr) (*AH, error) {
+	var ca C.struct_ibv_ah_attr
+	ahToC(attr, &ca)
+	ah, err := C.ibv_create_ah(p.pd, &ca)
+	if ah == nil {
+		return nil, errnoErr("ibv_create_ah", err, 0)
+	}
+	return &AH{ah: ah, pd: p}, nil
+}
+
+// Close destroys the address handle. Idempotent.
+func (a *AH) Close() error {
+	if a.ah == nil {
+		return nil
+	}
+	ret := C.ibv_destroy_ah(a.ah)
+	a.ah = nil
+	if ret != 0 {
+		return errnoErr("ibv_destroy_ah", nil, ret)
+	}
+	return nil
+}
+
+// PostSendUD posts one signaled UD send to (ah, remote QPN, qkey).
+func (q *QP) PostSendUD(ah *AH, rqpn, qkey uint32, wrid, addr uint64, length, lkey uint32) error {
+	if ret := C.post_send_ud(q.qp, ah.ah, C.uint32_t(rqpn), C.uint32_t(qkey), C.uint64_t(wrid),
+		C.uint64_t(addr), C.uint32_t(length), C.uint32_t(lkey)); ret != 0 {
+		return errnoErr("ibv_post_send UD", nil, ret)
+	}
+	return nil
+}
+
+func ahToC(a *AHAttr, c *C.struct_ibv_ah_attr) {
+	c.dlid = C.uint16_t(a.DLID)
+	c.sl = C.uint8_t(a.SL)
+	c.src_path_bits = C.uint8_t(a.SrcPathBits)
+	c.static_rate = C.uint8_t(a.StaticRate)
+	c.port_num = C.uint8_t(a.PortNum)
+	if a.IsGlobal {
+		c.is_global = 1
+		C.memcpy(unsafe.Pointer(&c.grh.dgid), unsafe.Pointer(&a.DGID[0]), 16)
+		c.grh.flow_label = C.uint32_t(a.FlowLabel)
+		c.grh.sgid_index = C.uint8_t(a.SGIDIndex)
+		c.grh.hop_limit = C.uint8_t(a.HopLimit)
+		c.grh.traffic_class = C.uint8_t(a.TrafficClass)
+	}
+}
+
+func ahFromC(c *C.struct_ibv_ah_attr) AHAttr {
+	a := AHAttr{DLID: uint16(c.dlid), SL: uint8(c.sl), SrcPathBits: uint8(c.src_path_bits),
+		StaticRate: uint8(c.static_rate), PortNum: uint8(c.port_num), IsGlobal: c.is_global != 0}
+	if a.IsGlobal {
+		C.memcpy(unsafe.Pointer(&a.DGID[0]), unsafe.Pointer(&c.grh.dgid), 16)
+		a.FlowLabel = uint32(c.grh.flow_label)
+		a.SGIDIndex = uint8(c.grh.sgid_index)
+		a.HopLimit = uint8(c.grh.hop_limit)
+		a.TrafficClass = uint8(c.grh.traffic_class)
+	}
+	return a
+}
+
+func toC(a *QPAttr, c *C.struct_ibv_qp_attr) {
+	c.qp_state = C.enum_ibv_qp_state(a.State)
+	c.cur_qp_state = C.enum_ibv_qp_state(a.CurState)
+	c.path_mtu = C.enum_ibv_mtu(a.PathMTU)
+	c.qkey = C.uint32_t(a.QKey)
+	c.rq_psn = C.uint32_t(a.RQPSN)
+	c.sq_psn = C.uint32_t(a.SQPSN)
+	c.dest_qp_num = C.uint32_t(a.DestQPN)
+	c.qp_access_flags = C.uint(a.AccessFlags)
+	c.pkey_index = C.uint16_t(a.PKeyIndex)
+	c.port_num = C.uint8_t(a.PortNum)
+	c.max_rd_atomic = C.uint8_t(a.MaxRdAtomic)
+	c.max_dest_rd_atomic = C.uint8_t(a.MaxDestRdAtomic)
+	c.min_rnr_timer = C.uint8_t(a.MinRNRTimer)
+	c.timeout = C.uint8_t(a.Timeout)
+	c.retry_cnt = C.uint8_t(a.RetryCnt)
+	c.rnr_retry = C.uint8_t(a.RNRRetry)
+	ahToC(&a.AH, &c.ah_attr)
+}
+
+// QPAttrFromC converts a struct ibv_qp_attr (e.g. filled by rdma_init_qp_attr)
+// into a QPAttr, so that transitions rdma_cm computes pass the same table.
+func QPAttrFromC(p unsafe.Pointer) QPAttr {
+	c := (*C.struct_ibv_qp_attr)(p)
+	return QPAttr{
+		State: QPState(c.qp_state), CurState: QPState(c.cur_qp_state), PathMTU: MTU(c.path_mtu),
+		QKey: uint32(c.qkey), RQPSN: uint32(c.rq_psn), SQPSN: uint32(c.sq_psn), DestQPN: uint32(c.dest_qp_num),
+		AccessFlags: AccessFlags(c.qp_access_flags), PKeyIndex: uint16(c.pkey_index), PortNum: uint8(c.port_num),
+		MaxRdAtomic: uint8(c.max_rd_atomic), MaxDestRdAtomic: uint8(c.max_dest_rd_atomic),
+		MinRNRTimer: uint8(c.min_rnr_timer), Timeout: uint8(c.timeout), RetryCnt: uint8(c.retry_cnt),
+		RNRRetry: uint8(c.rnr_retry), AH: ahFromC(&c.ah_attr),
+	}
+}
+
+// SizeofQPAttr is sizeof(struct ibv_qp_attr), for callers that allocate one in C.
+const SizeofQPAttr = C.sizeof_struct_ibv_qp_attr
+
+// Limits returns the validation limits for this QP's port.
+func (q *QP) PD() *PD { return q.pd }
