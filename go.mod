@@ -3,3 +3,5 @@ module github.com/gordma/rdma
 go 1.26.0
 
 require golang.org/x/sys v0.50.0
+
+require golang.org/x/net v0.62.0

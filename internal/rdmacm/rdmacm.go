@@ -97,7 +97,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -491,4 +490,13 @@ func (c *Channel) Adopt(i *ID) {
 	i.ch = c
 }
 
-var _ = net.IPv4len
+
+
+// Context is the verbs device context the id is bound to (owned by rdma_cm).
+func (i *ID) Context() (*verbs.Context, error) {
+	p := i.Verbs()
+	if p == nil {
+		return nil, errors.New("rdma_cm id has no device yet (resolve or bind first)")
+	}
+	return verbs.WrapContext(p), nil
+}

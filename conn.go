@@ -1,0 +1,540 @@
+package rdma
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gordma/rdma/internal/rdmacm"
+	"github.com/gordma/rdma/internal/verbs"
+	"github.com/gordma/rdma/internal/wire"
+)
+
+// Conn is an RDMA reliable connection with the semantics of a TCP stream. It
+// implements net.Conn; many goroutines may call its methods at once.
+type Conn struct {
+	cfg          Config
+	laddr, raddr *Addr
+	ch           *rdmacm.Channel // the connection's own event channel
+	id           *rdmacm.ID
+	ep           *endpoint
+	peerBufSize  int // chunk size for sends: the peer's receive buffer size, capped by ours
+
+	readMu  sync.Mutex // one Read at a time; held while it waits
+	writeMu sync.Mutex // one Write at a time, so writes are not interleaved
+
+	mu sync.Mutex // guards everything below
+	// Receive side: completed receives in arrival order, a ring of buffer indices.
+	rq      []rxMsg
+	rqHead  int
+	rqLen   int
+	pending int  // receives reposted but not yet granted back to the peer
+	eof     bool // the peer sent end-of-stream
+	rerr    error
+	// Send side.
+	credits     int    // peer receive buffers we may still fill
+	sendSeq     uint64 // data sends posted
+	sendDone    uint64 // data sends completed (RC completes in order)
+	sqInFlight  int    // send-queue entries posted and not completed
+	recvPosted  int    // receives posted and not completed
+	finSent     bool
+	werr        error
+	closed      bool
+	qpDown      bool // the QP was moved to ERR
+	wake        chan struct{} // closed and replaced on every state change (broadcast)
+	closing     chan struct{} // closed by Close
+	loopDone    chan struct{} // closed when the completion loop exits
+	eventsDone  chan struct{} // closed when the CM event loop exits
+
+	rdDeadline, wrDeadline deadline
+	closeOnce              sync.Once
+	closeErr               error
+
+	compFile *os.File    // dup of the completion channel fd, parked on by completionLoop
+	stopLoop atomic.Bool // tells completionLoop to exit
+
+	sendWRs []verbs.SendWR // scratch for Write, guarded by writeMu
+	recvWRs []verbs.RecvWR // scratch for reposting, guarded by mu
+}
+
+type rxMsg struct {
+	buf int // receive buffer index
+	off int // bytes already read
+	n   int // bytes received
+}
+
+func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID, ep *endpoint, peer wire.Hello) *Conn {
+	c := &Conn{
+		cfg: *cfg, ch: ch, id: id, ep: ep,
+		laddr:       &Addr{id.LocalAddr()},
+		raddr:       &Addr{id.PeerAddr()},
+		peerBufSize: min(int(peer.RecvBufSize), ep.bufSize),
+		rq:          make([]rxMsg, ep.nRecv),
+		credits:     int(peer.Credits),
+		wake:        make(chan struct{}),
+		closing:     make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		eventsDone:  make(chan struct{}),
+		rdDeadline:  makeDeadline(),
+		wrDeadline:  makeDeadline(),
+		sendWRs:     make([]verbs.SendWR, 0, ep.nSend),
+		recvWRs:     make([]verbs.RecvWR, 0, ep.nRecv),
+	}
+	return c
+}
+
+// postInitialRecvs posts every receive buffer; it must happen before the
+// peer learns our credits (before accept / establish).
+func (e *endpoint) postInitialRecvs() error {
+	wrs := make([]verbs.RecvWR, e.nRecv)
+	for i := range wrs {
+		wrs[i] = e.recvWR(i)
+	}
+	return e.qp.PostRecv(wrs)
+}
+
+// start launches the completion and CM event loops once the connection is up.
+func (c *Conn) start() error {
+	c.recvPosted = c.ep.nRecv
+	go c.eventLoop()
+	return c.startCompletionLoop()
+}
+
+// broadcast wakes every waiter. Called with c.mu held.
+func (c *Conn) broadcast() {
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+// creditThreshold is how many reposted receives we collect before returning
+// them in a message of their own (they also ride on every data message).
+func (c *Conn) creditThreshold() int { return max(1, c.ep.nRecv/4) }
+
+// Read reads data from the connection. It returns io.EOF once the peer has
+// closed (or half-closed) and every byte it wrote has been read.
+func (c *Conn) Read(b []byte) (int, error) {
+	n, err := c.read(b)
+	if err != nil && err != io.EOF {
+		err = c.opError("read", err)
+	}
+	return n, err
+}
+
+func (c *Conn) read(b []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		if c.rdDeadline.expired() {
+			c.mu.Unlock()
+			return 0, os.ErrDeadlineExceeded
+		}
+		if c.rqLen > 0 {
+			if len(b) == 0 {
+				c.mu.Unlock()
+				return 0, nil
+			}
+			n := c.copyOut(b)
+			c.mu.Unlock()
+			return n, nil
+		}
+		if c.eof {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		if c.rerr != nil {
+			err := c.rerr
+			c.mu.Unlock()
+			return 0, err
+		}
+		if len(b) == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-c.rdDeadline.wait():
+		case <-c.closing:
+		}
+	}
+}
+
+// copyOut copies queued received bytes into b, reposting every buffer it
+// empties in one batch. Called with c.mu held.
+func (c *Conn) copyOut(b []byte) int {
+	n := 0
+	c.recvWRs = c.recvWRs[:0]
+	for c.rqLen > 0 && n < len(b) {
+		m := &c.rq[c.rqHead]
+		k := copy(b[n:], c.ep.recvBuf(m.buf)[m.off:m.n])
+		n += k
+		m.off += k
+		if m.off == m.n {
+			c.recvWRs = append(c.recvWRs, c.ep.recvWR(m.buf))
+			c.rqHead = (c.rqHead + 1) % len(c.rq)
+			c.rqLen--
+		}
+	}
+	c.repostLocked()
+	return n
+}
+
+// repostLocked posts the receives collected in c.recvWRs and returns credits
+// if enough have piled up. Called with c.mu held.
+func (c *Conn) repostLocked() {
+	if len(c.recvWRs) == 0 || c.qpDown {
+		return
+	}
+	if err := c.ep.qp.PostRecv(c.recvWRs); err != nil {
+		c.failLocked(err)
+		return
+	}
+	c.recvPosted += len(c.recvWRs)
+	c.pending += len(c.recvWRs)
+	c.recvWRs = c.recvWRs[:0]
+	c.maybeSendCreditsLocked()
+}
+
+// maybeSendCreditsLocked returns pending credits in a control message when
+// enough have accumulated. A control message may use the last credit: data
+// never does, so one is always left for this (otherwise both sides could sit
+// on credits neither can send).
+func (c *Conn) maybeSendCreditsLocked() {
+	if c.pending >= c.creditThreshold() && c.credits >= 1 {
+		c.sendCtlLocked(wire.KindCredit)
+	}
+}
+
+// sendCtlLocked posts a zero-length control message carrying all pending
+// credits. Called with c.mu held; the caller checked c.credits >= 1.
+func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
+	if c.qpDown || c.sqInFlight >= c.ep.sqDepth {
+		return false
+	}
+	wr := [1]verbs.SendWR{{WRID: wrSendCtl, Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+		Imm: wire.EncodeImm(kind, uint32(c.pending))}}
+	if err := c.ep.qp.PostSend(wr[:]); err != nil {
+		c.failLocked(err)
+		return false
+	}
+	c.credits--
+	c.pending = 0
+	c.sqInFlight++
+	return true
+}
+
+// Write writes b to the connection, split into chunks of at most the peer's
+// receive buffer size and pipelined over the send buffers. It returns once
+// every byte is in a posted send buffer (as TCP's returns once the bytes are
+// in the socket buffer).
+func (c *Conn) Write(b []byte) (int, error) {
+	n, err := c.write(b)
+	if err != nil {
+		err = c.opError("write", err)
+	}
+	return n, err
+}
+
+func (c *Conn) write(b []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	written := 0
+	for {
+		c.mu.Lock()
+		if err := c.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			return written, err
+		}
+		if len(b) == 0 {
+			c.mu.Unlock()
+			return written, nil
+		}
+		// Reserve send buffers and credits for as many chunks as we can.
+		free := c.ep.nSend - int(c.sendSeq-c.sendDone)
+		room := c.ep.sqDepth - ctlReserve/2 - c.sqInFlight
+		k := min(free, room, c.credits-1)
+		if k <= 0 {
+			wake := c.wake
+			c.mu.Unlock()
+			select {
+			case <-wake:
+			case <-c.wrDeadline.wait():
+			case <-c.closing:
+			}
+			continue
+		}
+		first := c.sendSeq
+		c.sendSeq += uint64(k) // reserved: only this writer (writeMu) posts data
+		c.credits -= k
+		c.sqInFlight += k
+		c.mu.Unlock()
+
+		// Copy outside the lock; the completion loop keeps running.
+		wrs := c.sendWRs[:0]
+		for i := 0; i < k && len(b) > 0; i++ {
+			slot := int((first + uint64(i)) % uint64(c.ep.nSend))
+			m := copy(c.ep.sendBuf(slot)[:c.peerBufSize], b)
+			b = b[m:]
+			written += m
+			wrs = append(wrs, verbs.SendWR{WRID: wrSendData | uint64(slot), Addr: c.ep.sendAddr(slot),
+				Len: uint32(m), LKey: c.ep.mr.LKey, Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled})
+		}
+		c.mu.Lock()
+		unused := k - len(wrs)
+		c.sendSeq -= uint64(unused)
+		c.credits += unused
+		c.sqInFlight -= unused
+		// Every data message carries the credits pending so far.
+		wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
+		c.pending = 0
+		for i := 1; i < len(wrs); i++ {
+			wrs[i].Imm = wire.EncodeImm(wire.KindData, 0)
+		}
+		var err error
+		if c.qpDown {
+			err = c.writeErrLocked()
+			if err == nil {
+				err = net.ErrClosed
+			}
+		} else {
+			err = c.ep.qp.PostSend(wrs)
+			if err != nil {
+				c.failLocked(err)
+			}
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return written, err
+		}
+	}
+}
+
+// writeErrLocked reports why writing is impossible now, or nil.
+func (c *Conn) writeErrLocked() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case c.finSent:
+		return syscall.EPIPE // after CloseWrite, as for TCP
+	case c.werr != nil:
+		return c.werr
+	case c.wrDeadline.expired():
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// CloseWrite shuts down the writing side: the peer reads every byte written
+// before it and then io.EOF, and can still write back.
+func (c *Conn) CloseWrite() error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.sendFIN(c.cfg.CloseTimeout); err != nil {
+		return c.opError("close", err)
+	}
+	return nil
+}
+
+// sendFIN queues the end-of-stream mark after all data, waiting for a credit
+// for at most timeout. The caller holds writeMu.
+func (c *Conn) sendFIN(timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if c.finSent {
+			return nil
+		}
+		if c.werr != nil {
+			return c.werr
+		}
+		if c.qpDown {
+			return net.ErrClosed
+		}
+		if c.credits >= 1 && c.sendCtlLocked(wire.KindFIN) {
+			c.finSent = true
+			c.broadcast()
+			return nil
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-timer.C:
+			c.mu.Lock()
+			return errors.New("timed out waiting for the peer to grant a receive buffer for end-of-stream")
+		}
+		c.mu.Lock()
+	}
+}
+
+// Close closes the connection: blocked Reads and Writes return net.ErrClosed,
+// data already written is delivered (within Config.CloseTimeout) followed by
+// end-of-stream, and every RDMA resource is released.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		close(c.closing)
+		c.broadcast()
+		c.mu.Unlock()
+		c.closeErr = c.shutdown()
+	})
+	if c.closeErr != nil {
+		return c.opError("close", c.closeErr)
+	}
+	return nil
+}
+
+func (c *Conn) shutdown() error {
+	// Writers saw c.closing and left; take writeMu so the FIN follows their data.
+	c.writeMu.Lock()
+	deadline := time.Now().Add(c.cfg.CloseTimeout)
+	c.sendFIN(c.cfg.CloseTimeout)
+	c.writeMu.Unlock()
+
+	// Wait until every send is acknowledged (delivered into the peer's buffers).
+	c.mu.Lock()
+	for c.sqInFlight > 0 && !c.qpDown && time.Now().Before(deadline) {
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-time.After(time.Until(deadline)):
+		}
+		c.mu.Lock()
+	}
+	c.qpDownLocked()
+	c.mu.Unlock()
+	c.id.Disconnect()
+
+	// Let the completion loop collect the flushed work requests, then stop it.
+	flushDeadline := time.Now().Add(time.Second)
+	c.mu.Lock()
+	for (c.sqInFlight > 0 || c.recvPosted > 0) && time.Now().Before(flushDeadline) {
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-time.After(time.Until(flushDeadline)):
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+	return c.release()
+}
+
+// release stops both loops and destroys every object in reverse order.
+func (c *Conn) release() error {
+	c.stopCompletionLoop()
+	<-c.loopDone
+	err := c.ep.close()
+	if derr := c.id.Destroy(); derr != nil && err == nil {
+		err = derr
+	}
+	c.ch.Close() // ends eventLoop
+	<-c.eventsDone
+	return err
+}
+
+// qpDownLocked moves the QP to ERR once, so outstanding work flushes.
+func (c *Conn) qpDownLocked() {
+	if c.qpDown {
+		return
+	}
+	c.qpDown = true
+	c.ep.toError()
+	c.broadcast()
+}
+
+// failLocked records a fatal error for both directions and takes the QP down.
+func (c *Conn) failLocked(err error) {
+	if c.rerr == nil {
+		c.rerr = err
+	}
+	if c.werr == nil {
+		c.werr = err
+	}
+	c.qpDownLocked()
+}
+
+// eventLoop handles CM events after the connection is up: the peer's
+// disconnect (a close, or its process dying) ends the connection.
+func (c *Conn) eventLoop() {
+	defer close(c.eventsDone)
+	for ev := range c.ch.Events() {
+		switch ev.Type {
+		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
+			c.mu.Lock()
+			if c.werr == nil {
+				c.werr = syscall.ECONNRESET
+			}
+			// Receives completed before the disconnect stay readable; the
+			// flush marks the end (io.EOF if the peer sent end-of-stream).
+			c.qpDownLocked()
+			c.mu.Unlock()
+			if ev.Type == rdmacm.EventDisconnected {
+				c.id.Disconnect() // answer the peer's DREQ
+			}
+		}
+	}
+}
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.checkOpen("set deadline"); err != nil {
+		return err
+	}
+	c.rdDeadline.set(t)
+	c.wrDeadline.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Read calls, pending and future.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if err := c.checkOpen("set read deadline"); err != nil {
+		return err
+	}
+	c.rdDeadline.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for Write calls, pending and future.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if err := c.checkOpen("set write deadline"); err != nil {
+		return err
+	}
+	c.wrDeadline.set(t)
+	return nil
+}
+
+func (c *Conn) checkOpen(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.opError(op, net.ErrClosed)
+	}
+	return nil
+}
+
+// LocalAddr returns the local address.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
+}

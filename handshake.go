@@ -1,0 +1,247 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/gordma/rdma/internal/rdmacm"
+	"github.com/gordma/rdma/internal/verbs"
+	"github.com/gordma/rdma/internal/wire"
+)
+
+// CM reject reasons from the IB spec that rdma_cm passes up as event status.
+const (
+	cmRejInvalidServiceID = 8  // nobody listens on that port
+	cmRejConsumerDefined  = 28 // the listener refused; the reason is in the private data
+)
+
+// readDepth is how many RDMA reads each side may have outstanding.
+const readDepth = 4
+
+func (c *Config) hello() []byte {
+	h := wire.Hello{Version: wire.Version, Credits: uint16(c.RecvBuffers), RecvBufSize: uint32(c.BufferSize)}
+	return h.AppendTo(nil)
+}
+
+func newChannel() (*rdmacm.Channel, error) {
+	ch, err := rdmacm.NewChannel()
+	if errors.Is(err, rdmacm.ErrNoCM) {
+		return nil, fmt.Errorf("%w (%v)", ErrNoDevice, err)
+	}
+	return ch, err
+}
+
+// waitEvent waits for the next CM event on ch, bounded by ctx.
+func waitEvent(ctx context.Context, ch *rdmacm.Channel) (rdmacm.Event, error) {
+	select {
+	case ev, ok := <-ch.Events():
+		if !ok {
+			return rdmacm.Event{}, errors.New("rdma_cm event channel closed")
+		}
+		return ev, nil
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return rdmacm.Event{}, os.ErrDeadlineExceeded
+		}
+		return rdmacm.Event{}, ctx.Err()
+	}
+}
+
+// expect waits for event want; any other event becomes a descriptive error.
+func expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what string) (rdmacm.Event, error) {
+	ev, err := waitEvent(ctx, ch)
+	if err != nil {
+		return ev, err
+	}
+	if ev.Type == want {
+		return ev, nil
+	}
+	return ev, eventError(ev, what)
+}
+
+func eventError(ev rdmacm.Event, what string) error {
+	errno := syscall.Errno(-ev.Status)
+	switch ev.Type {
+	case rdmacm.EventAddrError:
+		if ev.Status == -int(syscall.ENODEV) || ev.Status == -int(syscall.EADDRNOTAVAIL) {
+			return fmt.Errorf("%w: %v", ErrNotRDMAAddress, errno)
+		}
+		return fmt.Errorf("resolving address: %w", errno)
+	case rdmacm.EventRouteError:
+		return fmt.Errorf("resolving route: %w", errno)
+	case rdmacm.EventRejected:
+		switch ev.Status {
+		case cmRejInvalidServiceID:
+			return syscall.ECONNREFUSED
+		case cmRejConsumerDefined:
+			if rej, err := wire.ParseReject(ev.PrivateData); err == nil {
+				return fmt.Errorf("%w: listener refused the connection: %s (%s)", ErrHandshake, rej.Reason, rej.Code)
+			}
+			return fmt.Errorf("%w: peer refused the connection (not a gordma listener?)", ErrHandshake)
+		}
+		return fmt.Errorf("connection rejected (CM reason %d): %w", ev.Status, syscall.ECONNREFUSED)
+	case rdmacm.EventUnreachable, rdmacm.EventConnectError:
+		return fmt.Errorf("peer unreachable (%s, status %d): %w", ev.Type, ev.Status, syscall.EHOSTUNREACH)
+	}
+	return fmt.Errorf("unexpected rdma_cm event %s (status %d) while %s", ev.Type, ev.Status, what)
+}
+
+func msUntil(ctx context.Context) int {
+	if d, ok := ctx.Deadline(); ok {
+		return max(1, int(time.Until(d)/time.Millisecond))
+	}
+	return 15000
+}
+
+func classifyResolve(err error) error {
+	if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return fmt.Errorf("%w: %v", ErrNotRDMAAddress, err)
+	}
+	return err
+}
+
+// dialConn runs the active side: resolve address and route, create the QP
+// (INIT), send our hello in the connect request, and on the listener's answer
+// validate its hello, move the QP to RTR and RTS and establish.
+func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ *Conn, err error) {
+	ch, err := newChannel()
+	if err != nil {
+		return nil, err
+	}
+	id, err := ch.CreateID()
+	if err != nil {
+		ch.Close()
+		return nil, err
+	}
+	var ep *endpoint
+	defer func() {
+		if err != nil {
+			if ep != nil {
+				ep.close()
+			}
+			id.Destroy()
+			ch.Close()
+		}
+	}()
+	if err = id.ResolveAddr(laddr, raddr, msUntil(ctx)); err != nil {
+		return nil, classifyResolve(err)
+	}
+	if _, err = expect(ctx, ch, rdmacm.EventAddrResolved, "resolving the address"); err != nil {
+		return nil, err
+	}
+	if err = id.ResolveRoute(msUntil(ctx)); err != nil {
+		return nil, classifyResolve(err) // e.g. loopback: no RDMA device routes there
+	}
+	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
+		return nil, err
+	}
+	if ep, err = newEndpoint(id, cfg); err != nil {
+		return nil, err
+	}
+	if err = ep.moveQP(id, verbs.StateInit); err != nil {
+		return nil, err
+	}
+	if err = ep.postInitialRecvs(); err != nil {
+		return nil, err
+	}
+	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
+	if err = id.Connect(rdmacm.ConnParam{PrivateData: cfg.hello(), ResponderResources: depth, InitiatorDepth: depth,
+		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
+		return nil, err
+	}
+	ev, err := expect(ctx, ch, rdmacm.EventConnectResponse, "waiting for the listener")
+	if err != nil {
+		return nil, err
+	}
+	peer, err := wire.ParseHello(ev.PrivateData)
+	if err != nil {
+		id.Reject(nil)
+		return nil, fmt.Errorf("%w: listener's answer: %v", ErrHandshake, err)
+	}
+	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
+		return nil, err
+	}
+	if err = id.Establish(); err != nil {
+		return nil, err
+	}
+	c := newConn(cfg, ch, id, ep, peer)
+	if err = c.start(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// acceptConn runs the passive side for one connection request: validate the
+// dialer's hello (refusing it with a reason the dialer sees), move the id to
+// its own event channel, bring the QP to RTS, accept with our hello and wait
+// until the dialer establishes.
+func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err error) {
+	child := ev.ID
+	peer, err := wire.ParseHello(ev.PrivateData)
+	if err != nil {
+		code := wire.RejectMalformed
+		if errors.Is(err, wire.ErrVersion) {
+			code = wire.RejectVersion
+		}
+		reject(child, code, err.Error())
+		return nil, err
+	}
+	ch, err := newChannel()
+	if err != nil {
+		reject(child, wire.RejectResources, err.Error())
+		return nil, err
+	}
+	if err := child.Migrate(ch); err != nil {
+		reject(child, wire.RejectResources, err.Error())
+		ch.Close()
+		return nil, err
+	}
+	var ep *endpoint
+	defer func() {
+		if err != nil {
+			if ep != nil {
+				ep.close()
+			}
+			child.Destroy()
+			ch.Close()
+		}
+	}()
+	fail := func(e error) error {
+		child.Reject((&wire.Reject{Code: wire.RejectResources, Reason: e.Error()}).AppendTo(nil))
+		return e
+	}
+	if ep, err = newEndpoint(child, cfg); err != nil {
+		return nil, fail(err)
+	}
+	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
+		return nil, fail(err)
+	}
+	if err = ep.postInitialRecvs(); err != nil {
+		return nil, fail(err)
+	}
+	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
+	if err = child.Accept(rdmacm.ConnParam{PrivateData: cfg.hello(), ResponderResources: depth, InitiatorDepth: depth,
+		RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
+		return nil, err
+	}
+	if _, err = expect(ctx, ch, rdmacm.EventEstablished, "waiting for the dialer to establish"); err != nil {
+		return nil, err
+	}
+	c := newConn(cfg, ch, child, ep, peer)
+	if err = c.start(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func reject(id *rdmacm.ID, code wire.RejectCode, reason string) {
+	id.Reject((&wire.Reject{Code: code, Reason: reason}).AppendTo(nil))
+	id.Destroy()
+}

@@ -1,0 +1,314 @@
+// Package wire defines the bytes gordma peers exchange: the handshake carried
+// in rdma_cm private data while connecting, and the 32-bit immediate data on
+// every SEND_WITH_IMM.
+//
+// What travels where:
+//
+//	CONNECT_REQUEST private data (<= 56 bytes)  dialer's Hello
+//	accept (ESTABLISHED) private data (<= 196)  listener's Hello
+//	reject private data (<= 148 bytes)          listener's Reject
+//	immediate data of each message              Kind | credits (EncodeImm)
+//
+// Layouts (all integers big-endian):
+//
+//	Hello (HelloLen = 24 bytes)
+//	  off  size  field
+//	    0     4  magic "GRDM" (0x4752444d)
+//	    4     1  version (1)
+//	    5     1  flags (reserved, 0)
+//	    6     2  credits: receive buffers posted for the peer (>= 1)
+//	    8     4  receive buffer size (64 .. 1<<30)
+//	   12     4  max message size (0 = unlimited)
+//	   16     4  keepalive interval in ms (0 = off)
+//	   20     4  reserved (0)
+//
+//	Reject (8 + reason bytes, at most 148)
+//	    0     4  magic
+//	    4     1  code (RejectCode)
+//	    5     1  reserved (0)
+//	    6     2  reason length (<= MaxRejectReason)
+//	    8     n  reason, UTF-8
+//
+//	Immediate data (32 bits)
+//	  bits 31..24  Kind
+//	  bits 23..0   credits returned to the receiver
+//
+// IB and RoCE pad private data with zeros to its maximum length, so the
+// parsers ignore anything after the declared length. Every parser takes
+// untrusted peer bytes: it never panics, allocates at most the declared
+// (bounded) reason, and returns errors that match ErrNotOurs, ErrVersion or
+// ErrMalformed under errors.Is.
+package wire
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Magic opens every handshake and reject; "GRDM" big-endian on the wire.
+const Magic uint32 = 0x4752444d
+
+// Version is the handshake version this side speaks.
+const Version uint8 = 1
+
+// HelloLen is the encoded size of a Hello; it fits the 56-byte
+// CONNECT_REQUEST private-data limit.
+const HelloLen = 24
+
+// Receive buffer size bounds: below 64 bytes the per-message overhead
+// dominates; above 1 GiB a single buffer is surely a mistake or an attack.
+const (
+	MinBufSize = 64
+	MaxBufSize = 1 << 30
+)
+
+// Private-data limits of rdma_cm (InfiniBand CM over IB and RoCE).
+const (
+	maxConnectPrivateData = 56
+	maxAcceptPrivateData  = 196
+	maxRejectPrivateData  = 148
+)
+
+// Compile-time checks that our messages fit the transport limits.
+var (
+	_ [maxConnectPrivateData - HelloLen]struct{}
+	_ [maxAcceptPrivateData - HelloLen]struct{}
+	_ [maxRejectPrivateData - rejectHeaderLen - MaxRejectReason]struct{}
+)
+
+// Sentinel errors; match with errors.Is. The returned errors carry a
+// specific message and unwrap to one of these.
+var (
+	// ErrNotOurs: the bytes are not a gordma message (too short for the
+	// magic, or wrong magic) — e.g. a foreign peer or the kernel's empty
+	// reject.
+	ErrNotOurs = errors.New("not a gordma message")
+	// ErrVersion: the peer speaks a different handshake version.
+	ErrVersion = errors.New("handshake version mismatch")
+	// ErrMalformed: our magic, but a field is truncated or out of range.
+	ErrMalformed = errors.New("malformed gordma message")
+)
+
+// wireError gives each failure a precise message while keeping errors.Is
+// against the sentinels working.
+type wireError struct {
+	kind error
+	msg  string
+}
+
+func (e *wireError) Error() string { return e.msg }
+func (e *wireError) Unwrap() error { return e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &wireError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// checkMagic reports ErrNotOurs unless b starts with Magic.
+func checkMagic(b []byte, what string) error {
+	if len(b) < 4 {
+		return errorf(ErrNotOurs, "not a gordma %s (%d bytes, too short for magic)", what, len(b))
+	}
+	if m := binary.BigEndian.Uint32(b); m != Magic {
+		return errorf(ErrNotOurs, "not a gordma %s (magic 0x%08x)", what, m)
+	}
+	return nil
+}
+
+// Hello is each side's half of the handshake (dialer in the connect
+// request, listener in the accept).
+type Hello struct {
+	Version     uint8
+	Flags       uint8  // reserved, 0; ignored on receipt so it can carry optional features later
+	Credits     uint16 // receive buffers the sender has posted for its peer (>= 1)
+	RecvBufSize uint32 // size of each of those buffers in bytes (>= MinBufSize, <= MaxBufSize)
+	MaxMsgSize  uint32 // largest message the sender accepts (0 = no limit beyond the stream)
+	KeepaliveMS uint32 // idle interval after which the sender probes (0 = off)
+	Reserved    uint32 // 0; ignored on receipt
+}
+
+// AppendTo appends the HelloLen-byte encoding of h to b. Fields are written
+// as given; set Version to wire.Version.
+func (h *Hello) AppendTo(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, Magic)
+	b = append(b, h.Version, h.Flags)
+	b = binary.BigEndian.AppendUint16(b, h.Credits)
+	b = binary.BigEndian.AppendUint32(b, h.RecvBufSize)
+	b = binary.BigEndian.AppendUint32(b, h.MaxMsgSize)
+	b = binary.BigEndian.AppendUint32(b, h.KeepaliveMS)
+	return binary.BigEndian.AppendUint32(b, h.Reserved)
+}
+
+// ParseHello decodes a peer's Hello. Bytes after HelloLen (zero padding)
+// are ignored.
+func ParseHello(b []byte) (Hello, error) {
+	if err := checkMagic(b, "handshake"); err != nil {
+		return Hello{}, err
+	}
+	// Check the version before the length: a peer of another version may
+	// use another layout, and deserves a version error, not "truncated".
+	if len(b) > 4 && b[4] != Version {
+		return Hello{}, errorf(ErrVersion, "peer speaks handshake version %d, this side %d", b[4], Version)
+	}
+	if len(b) < HelloLen {
+		return Hello{}, errorf(ErrMalformed, "handshake truncated: %d bytes, need %d", len(b), HelloLen)
+	}
+	h := Hello{
+		Version:     b[4],
+		Flags:       b[5],
+		Credits:     binary.BigEndian.Uint16(b[6:]),
+		RecvBufSize: binary.BigEndian.Uint32(b[8:]),
+		MaxMsgSize:  binary.BigEndian.Uint32(b[12:]),
+		KeepaliveMS: binary.BigEndian.Uint32(b[16:]),
+		Reserved:    binary.BigEndian.Uint32(b[20:]),
+	}
+	if h.Credits == 0 {
+		return Hello{}, errorf(ErrMalformed, "handshake credits 0: must be at least 1")
+	}
+	if h.RecvBufSize < MinBufSize || h.RecvBufSize > MaxBufSize {
+		return Hello{}, errorf(ErrMalformed, "handshake receive buffer size %d out of range [64, 1<<30]", h.RecvBufSize)
+	}
+	return h, nil
+}
+
+// RejectCode says why a listener refused a connection.
+type RejectCode uint8
+
+const (
+	RejectMalformed  RejectCode = 1 // the dialer's Hello did not parse
+	RejectVersion    RejectCode = 2 // handshake version mismatch
+	RejectOverloaded RejectCode = 3 // too many connections or pending accepts
+	RejectShutdown   RejectCode = 4 // the listener is closing
+	RejectResources  RejectCode = 5 // could not allocate QP, CQ or buffers
+)
+
+func (c RejectCode) String() string {
+	switch c {
+	case RejectMalformed:
+		return "malformed"
+	case RejectVersion:
+		return "version"
+	case RejectOverloaded:
+		return "overloaded"
+	case RejectShutdown:
+		return "shutdown"
+	case RejectResources:
+		return "resources"
+	}
+	return fmt.Sprintf("RejectCode(%d)", uint8(c))
+}
+
+// Reject is what a listener sends back when it refuses a connection.
+// Unknown codes parse fine, so newer peers can add codes.
+type Reject struct {
+	Code   RejectCode
+	Reason string
+}
+
+const rejectHeaderLen = 8
+
+// MaxRejectReason is the longest reason that fits the 148-byte reject
+// private data after the 8-byte header.
+const MaxRejectReason = maxRejectPrivateData - rejectHeaderLen
+
+// AppendTo appends the encoding of r to b. A reason longer than
+// MaxRejectReason bytes is cut on a UTF-8 boundary.
+func (r *Reject) AppendTo(b []byte) []byte {
+	reason := r.Reason
+	if len(reason) > MaxRejectReason {
+		n := MaxRejectReason
+		// Back up over at most UTFMax-1 continuation bytes so a rune is not
+		// split (bounded, so invalid UTF-8 cannot eat the whole reason).
+		for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(reason[n]); i++ {
+			n--
+		}
+		reason = reason[:n]
+	}
+	b = binary.BigEndian.AppendUint32(b, Magic)
+	b = append(b, byte(r.Code), 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(reason)))
+	return append(b, reason...)
+}
+
+// ParseReject decodes a peer's Reject. Bytes after the reason (zero
+// padding) are ignored. The reason is sanitized — invalid UTF-8 and
+// non-printable characters become '?' — so it is safe to log.
+func ParseReject(b []byte) (Reject, error) {
+	if err := checkMagic(b, "reject"); err != nil {
+		return Reject{}, err
+	}
+	if len(b) < rejectHeaderLen {
+		return Reject{}, errorf(ErrMalformed, "reject truncated: %d bytes, need %d", len(b), rejectHeaderLen)
+	}
+	n := int(binary.BigEndian.Uint16(b[6:]))
+	if n > MaxRejectReason {
+		return Reject{}, errorf(ErrMalformed, "reject reason length %d exceeds %d", n, MaxRejectReason)
+	}
+	if rest := len(b) - rejectHeaderLen; n > rest {
+		return Reject{}, errorf(ErrMalformed, "reject reason length %d beyond the %d bytes present", n, rest)
+	}
+	return Reject{Code: RejectCode(b[4]), Reason: sanitize(b[rejectHeaderLen : rejectHeaderLen+n])}, nil
+}
+
+// sanitize replaces invalid UTF-8 bytes and non-printable runes (control,
+// format such as bidi overrides, non-ASCII spaces) with '?'. The result is
+// never longer than p.
+func sanitize(p []byte) string {
+	out := make([]byte, 0, len(p))
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		if (r == utf8.RuneError && size == 1) || !unicode.IsPrint(r) {
+			out = append(out, '?')
+		} else {
+			out = append(out, p[:size]...)
+		}
+		p = p[size:]
+	}
+	return string(out)
+}
+
+// Kind is the type of a message, carried in the top 8 bits of its
+// immediate data.
+type Kind uint8
+
+const (
+	KindData      Kind = 0 // payload bytes of the stream
+	KindCredit    Kind = 1 // no payload; only returns credits
+	KindFIN       Kind = 2 // the sender will send no more data
+	KindKeepalive Kind = 3 // idle probe
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindData:
+		return "data"
+	case KindCredit:
+		return "credit"
+	case KindFIN:
+		return "fin"
+	case KindKeepalive:
+		return "keepalive"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// MaxImmCredits is the most credits one message can return (24 bits).
+const MaxImmCredits = 1<<24 - 1
+
+// EncodeImm packs a kind and returned credits into immediate data. The
+// caller must not return more than MaxImmCredits at once; larger values
+// are clamped (this is local input, so no panic, but the excess is lost).
+func EncodeImm(k Kind, credits uint32) uint32 {
+	return uint32(k)<<24 | min(credits, MaxImmCredits)
+}
+
+// DecodeImm unpacks a peer's immediate data.
+func DecodeImm(imm uint32) (Kind, uint32, error) {
+	k := Kind(imm >> 24)
+	if k > KindKeepalive {
+		return 0, 0, errorf(ErrMalformed, "unknown message kind %d", uint8(k))
+	}
+	return k, imm & MaxImmCredits, nil
+}

@@ -1,0 +1,286 @@
+// Package rdma gives Go programs RDMA reliable connections that behave like
+// TCP ones: *Conn is a net.Conn and *Listener a net.Listener, so net/http,
+// net/rpc, gRPC and anything else that takes a listener or a dial function can
+// run over RDMA unchanged.
+//
+//	ln, err := rdma.Listen("rdma", "192.168.1.10:7471")  // an IP of an RDMA-capable netdev
+//	...
+//	srv := &http.Server{Handler: mux}
+//	go srv.Serve(ln)
+//
+//	var d rdma.Dialer
+//	client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+//	resp, err := client.Get("http://192.168.1.10:7471/")
+//
+// Connections are set up with rdma_cm (the queue pair moves RESET -> INIT ->
+// RTR -> RTS through a validated state table; users never see it). Bytes
+// written are copied once into registered send buffers and sent into receive
+// buffers the peer has posted and granted (credit-based flow control, so the
+// NIC never meets a receiver without a posted buffer); Read copies them out.
+//
+// Every error a Conn returns is a *net.OpError with Net "rdma"; a deadline
+// error has Timeout() true and unwraps to os.ErrDeadlineExceeded; after Close,
+// errors wrap net.ErrClosed; the end of a stream is io.EOF.
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config tunes connections. The zero value is ready to use; every field's
+// zero value is documented beside it.
+type Config struct {
+	// RecvBuffers is how many receive buffers each connection posts, which is
+	// also the number of messages the peer may have in flight (its credits).
+	// 0 means 32; the minimum is 4.
+	RecvBuffers int
+	// SendBuffers is how many registered send buffers each connection has.
+	// 0 means 32; the minimum is 2.
+	SendBuffers int
+	// BufferSize is the size of each send and receive buffer in bytes; writes
+	// larger than the peer's buffer size are split. 0 means 32 KiB; the
+	// minimum is 64.
+	BufferSize int
+	// ConnectTimeout bounds address and route resolution and the handshake
+	// when the dialer has no earlier deadline. 0 means 15 s.
+	ConnectTimeout time.Duration
+	// CloseTimeout bounds how long Close waits to deliver data already written
+	// (and the end-of-stream mark) before it tears the connection down.
+	// 0 means 5 s.
+	CloseTimeout time.Duration
+	// RetryCount is the RC transport retry count sent to the peer (how often a
+	// lost packet is retransmitted before the connection fails). 0 means 7.
+	RetryCount int
+	// PollSpin is how long the completion poller keeps polling after the last
+	// completion before it arms the completion queue and sleeps in the Go
+	// netpoller. 0 means 50 µs; a negative value never spins (event mode).
+	PollSpin time.Duration
+	// Backlog is the listener's backlog of connections not yet accepted.
+	// 0 means 128.
+	Backlog int
+}
+
+func (c *Config) withDefaults() Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	def := func(v *int, d, min int) {
+		if *v == 0 {
+			*v = d
+		}
+		if *v < min {
+			*v = min
+		}
+	}
+	def(&out.RecvBuffers, 32, 4)
+	def(&out.SendBuffers, 32, 2)
+	def(&out.BufferSize, 32<<10, 64)
+	def(&out.RetryCount, 7, 1)
+	if out.RetryCount > 7 {
+		out.RetryCount = 7
+	}
+	def(&out.Backlog, 128, 1)
+	if out.ConnectTimeout == 0 {
+		out.ConnectTimeout = 15 * time.Second
+	}
+	if out.CloseTimeout == 0 {
+		out.CloseTimeout = 5 * time.Second
+	}
+	if out.PollSpin == 0 {
+		out.PollSpin = 50 * time.Microsecond
+	}
+	return out
+}
+
+// Addr is the address of an RDMA endpoint: an IP of an RDMA-capable netdev
+// and an rdma_cm port.
+type Addr struct {
+	AddrPort netip.AddrPort
+}
+
+// Network returns "rdma".
+func (a *Addr) Network() string { return "rdma" }
+
+// String returns "host:port".
+func (a *Addr) String() string {
+	if a == nil {
+		return "<nil>"
+	}
+	return a.AddrPort.String()
+}
+
+// Errors callers can test with errors.Is.
+var (
+	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded).
+	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
+		"(modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
+	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.
+	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
+		"(use an IP of a netdev that `rdma link show` lists)")
+	// ErrHandshake: the peer does not speak this library's protocol, or refused ours.
+	ErrHandshake = errors.New("rdma handshake failed")
+	// ErrMemlock: registering buffers failed because the locked-memory limit is too low.
+	ErrMemlock = errors.New("cannot register RDMA buffers: the locked-memory limit is too low " +
+		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
+)
+
+func checkNetwork(network string) error {
+	switch network {
+	case "rdma", "rdma4", "rdma6":
+		return nil
+	}
+	return net.UnknownNetworkError(network)
+}
+
+// resolve turns "host:port" into an address, looking names up as net does.
+func resolve(ctx context.Context, network, address string, listen bool) (netip.AddrPort, error) {
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		p, perr := net.DefaultResolver.LookupPort(ctx, "tcp", portStr)
+		if perr != nil {
+			return netip.AddrPort{}, fmt.Errorf("invalid port %q", portStr)
+		}
+		port = uint64(p)
+	}
+	if host == "" {
+		if !listen {
+			return netip.AddrPort{}, errors.New("missing host in address (give an IP of the peer's RDMA netdev)")
+		}
+		if network == "rdma6" {
+			return netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port)), nil
+		}
+		return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port)), nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return netip.AddrPortFrom(ip.Unmap(), uint16(port)), nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if network == "rdma4" && !ip.Is4() || network == "rdma6" && ip.Is4() {
+			continue
+		}
+		return netip.AddrPortFrom(ip, uint16(port)), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("no suitable address for %s", host)
+}
+
+// Dial connects to address ("host:port") on network "rdma".
+func Dial(network, address string) (*Conn, error) {
+	var d Dialer
+	return d.dial(context.Background(), network, address)
+}
+
+// Listen listens on address ("host:port"; the host must be an IP of an
+// RDMA-capable netdev, or empty for all of them; port 0 picks a free port).
+func Listen(network, address string) (*Listener, error) {
+	var lc ListenConfig
+	return lc.Listen(context.Background(), network, address)
+}
+
+// Dialer connects to RDMA listeners. The zero value is ready to use.
+type Dialer struct {
+	// Config tunes the connection.
+	Config Config
+	// Timeout bounds the whole dial (resolution and handshake); 0 means
+	// Config.ConnectTimeout. A context deadline that is earlier wins.
+	Timeout time.Duration
+	// LocalAddr, if set, is the local address to connect from (its IP picks
+	// the device); its port is ignored.
+	LocalAddr *Addr
+}
+
+// DialContext connects to address on network "rdma". It has the signature of
+// net.Dialer.DialContext, so it plugs into http.Transport.DialContext and
+// grpc.WithContextDialer unchanged; since those ask for "tcp", "tcp4" or
+// "tcp6", DialContext takes them to mean "rdma", "rdma4" and "rdma6".
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if strings.HasPrefix(network, "tcp") {
+		network = "rdma" + strings.TrimPrefix(network, "tcp")
+	}
+	c, err := d.dial(ctx, network, address)
+	if err != nil {
+		return nil, err // a nil *Conn must not become a non-nil net.Conn
+	}
+	return c, nil
+}
+
+func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+	cfg := d.Config.withDefaults()
+	opErr := func(err error) error {
+		return &net.OpError{Op: "dial", Net: network, Addr: dialAddr(address), Err: err}
+	}
+	if err := checkNetwork(network); err != nil {
+		return nil, opErr(err)
+	}
+	timeout := d.Timeout
+	if timeout == 0 {
+		timeout = cfg.ConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	raddr, err := resolve(ctx, network, address, false)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	var laddr netip.AddrPort
+	if d.LocalAddr != nil {
+		laddr = netip.AddrPortFrom(d.LocalAddr.AddrPort.Addr(), 0)
+	}
+	c, err := dialConn(ctx, &cfg, laddr, raddr)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: &Addr{raddr}, Err: err}
+	}
+	return c, nil
+}
+
+func dialAddr(address string) net.Addr {
+	if ap, err := netip.ParseAddrPort(address); err == nil {
+		return &Addr{ap}
+	}
+	return nil
+}
+
+// ListenConfig configures a listener. The zero value is ready to use.
+type ListenConfig struct {
+	// Config tunes accepted connections (and the listener's backlog).
+	Config Config
+}
+
+// Listen listens on address; ctx bounds only the set-up.
+func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
+	cfg := lc.Config.withDefaults()
+	opErr := func(err error) error {
+		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
+	}
+	if err := checkNetwork(network); err != nil {
+		return nil, opErr(err)
+	}
+	ap, err := resolve(ctx, network, address, true)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	l, err := listen(&cfg, ap)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: &Addr{ap}, Err: err}
+	}
+	return l, nil
+}
+
+// ErrProtocol: the peer broke the wire protocol; the connection is closed.
+var ErrProtocol = errors.New("rdma protocol violation by peer")
