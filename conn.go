@@ -37,19 +37,19 @@ type Conn struct {
 	eof     bool // the peer sent end-of-stream
 	rerr    error
 	// Send side.
-	credits     int    // peer receive buffers we may still fill
-	sendSeq     uint64 // data sends posted
-	sendDone    uint64 // data sends completed (RC completes in order)
-	sqInFlight  int    // send-queue entries posted and not completed
-	recvPosted  int    // receives posted and not completed
-	finSent     bool
-	werr        error
-	closed      bool
-	qpDown      bool // the QP was moved to ERR
-	wake        chan struct{} // closed and replaced on every state change (broadcast)
-	closing     chan struct{} // closed by Close
-	loopDone    chan struct{} // closed when the completion loop exits
-	eventsDone  chan struct{} // closed when the CM event loop exits
+	credits    int    // peer receive buffers we may still fill
+	sendSeq    uint64 // data sends posted
+	sendDone   uint64 // data sends completed (RC completes in order)
+	sqInFlight int    // send-queue entries posted and not completed
+	recvPosted int    // receives posted and not completed
+	finSent    bool
+	werr       error
+	closed     bool
+	qpDown     bool          // the QP was moved to ERR
+	wake       chan struct{} // closed and replaced on every state change (broadcast)
+	closing    chan struct{} // closed by Close
+	loopDone   chan struct{} // closed when the completion loop exits
+	eventsDone chan struct{} // closed when the CM event loop exits
 
 	rdDeadline, wrDeadline deadline
 	closeOnce              sync.Once

@@ -16,9 +16,9 @@ import (
 type PageKind int
 
 const (
-	Pages4K         PageKind = iota // ordinary pages
-	PagesTHP                        // transparent huge pages requested with madvise
-	PagesHugeTLB2M                  // reserved 2 MiB huge pages (MAP_HUGETLB)
+	Pages4K        PageKind = iota // ordinary pages
+	PagesTHP                       // transparent huge pages requested with madvise
+	PagesHugeTLB2M                 // reserved 2 MiB huge pages (MAP_HUGETLB)
 )
 
 func (k PageKind) String() string {

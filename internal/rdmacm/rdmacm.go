@@ -490,8 +490,6 @@ func (c *Channel) Adopt(i *ID) {
 	i.ch = c
 }
 
-
-
 // Context is the verbs device context the id is bound to (owned by rdma_cm).
 func (i *ID) Context() (*verbs.Context, error) {
 	p := i.Verbs()

@@ -31,9 +31,9 @@ func next(t *testing.T, c *Channel, want EventType) Event {
 // qpFor creates an RC QP on the id's device and moves it to state through the
 // validated table with the attributes rdma_cm computes.
 type endpoint struct {
-	pd *verbs.PD
-	cq *verbs.CQ
-	qp *verbs.QP
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
 	lim verbs.PortLimits
 }
 

@@ -102,13 +102,13 @@ func (w *WC) HasImm() bool { return w.Flags&C.IBV_WC_WITH_IMM != 0 }
 type WCStatus uint32
 
 const (
-	WCSuccess       WCStatus = C.IBV_WC_SUCCESS
-	WCLocLenErr     WCStatus = C.IBV_WC_LOC_LEN_ERR
-	WCLocProtErr    WCStatus = C.IBV_WC_LOC_PROT_ERR
-	WCWRFlushErr    WCStatus = C.IBV_WC_WR_FLUSH_ERR
-	WCRemAccessErr  WCStatus = C.IBV_WC_REM_ACCESS_ERR
-	WCRemInvReqErr  WCStatus = C.IBV_WC_REM_INV_REQ_ERR
-	WCRetryExcErr   WCStatus = C.IBV_WC_RETRY_EXC_ERR
+	WCSuccess        WCStatus = C.IBV_WC_SUCCESS
+	WCLocLenErr      WCStatus = C.IBV_WC_LOC_LEN_ERR
+	WCLocProtErr     WCStatus = C.IBV_WC_LOC_PROT_ERR
+	WCWRFlushErr     WCStatus = C.IBV_WC_WR_FLUSH_ERR
+	WCRemAccessErr   WCStatus = C.IBV_WC_REM_ACCESS_ERR
+	WCRemInvReqErr   WCStatus = C.IBV_WC_REM_INV_REQ_ERR
+	WCRetryExcErr    WCStatus = C.IBV_WC_RETRY_EXC_ERR
 	WCRNRRetryExcErr WCStatus = C.IBV_WC_RNR_RETRY_EXC_ERR
 )
 
@@ -120,10 +120,10 @@ func (s WCStatus) String() string {
 type WCOpcode uint32
 
 const (
-	WCSend          WCOpcode = C.IBV_WC_SEND
-	WCRDMAWrite     WCOpcode = C.IBV_WC_RDMA_WRITE
-	WCRDMARead      WCOpcode = C.IBV_WC_RDMA_READ
-	WCRecv          WCOpcode = C.IBV_WC_RECV
+	WCSend            WCOpcode = C.IBV_WC_SEND
+	WCRDMAWrite       WCOpcode = C.IBV_WC_RDMA_WRITE
+	WCRDMARead        WCOpcode = C.IBV_WC_RDMA_READ
+	WCRecv            WCOpcode = C.IBV_WC_RECV
 	WCRecvRDMAWithImm WCOpcode = C.IBV_WC_RECV_RDMA_WITH_IMM
 )
 
@@ -197,11 +197,11 @@ func (ch *CompChannel) Close() error {
 
 // CQ is a completion queue. It keeps its Context and channel alive.
 type CQ struct {
-	mu     sync.Mutex
-	cq     *C.struct_ibv_cq
-	ch     *CompChannel
-	unack  uint32 // events received but not yet acknowledged
-	Size   int
+	mu    sync.Mutex
+	cq    *C.struct_ibv_cq
+	ch    *CompChannel
+	unack uint32 // events received but not yet acknowledged
+	Size  int
 }
 
 // CreateCQ creates a CQ with at least cqe entries, reporting to ch (may be nil).

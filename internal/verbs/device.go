@@ -151,15 +151,15 @@ func (g GID) IP() net.IP { return net.IP(g.Raw[:]) }
 
 // Port describes one port of a device.
 type Port struct {
-	Num        uint8
-	State      PortState
-	ActiveMTU  MTU
-	MaxMTU     MTU
-	GIDTableLen int
+	Num          uint8
+	State        PortState
+	ActiveMTU    MTU
+	MaxMTU       MTU
+	GIDTableLen  int
 	PKeyTableLen uint16
-	LID        uint16
-	Ethernet   bool // link layer is Ethernet (RoCE)
-	GIDs       []GID
+	LID          uint16
+	Ethernet     bool // link layer is Ethernet (RoCE)
+	GIDs         []GID
 }
 
 // Limits returns what CheckTransition needs to know about this port.
