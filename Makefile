@@ -58,9 +58,12 @@ rdma-tests: setup
 test: vet unit fuzz rdma-tests
 	@echo "make test: PASS"
 
+# The examples, built on the host and run inside Soft-RoCE (or on the host's device).
 demo: setup
-	@echo "no library examples yet: running the RDMA smoke tests inside Soft-RoCE"
-	@$(MAKE) --no-print-directory rdma-tests
+	@mkdir -p $(BUILD)/bin
+	$(GO) build -o $(BUILD)/bin/ ./examples/...
+	@scripts/softroce run -- bash -c 'set -e; \
+	  for ex in $(BUILD)/bin/*; do echo "== $$ex"; $$ex; done'
 
 clean:
 	rm -rf $(BUILD)

@@ -9,7 +9,10 @@ package rdmatest
 
 import (
 	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,4 +52,50 @@ func Scale(d time.Duration) time.Duration {
 		return time.Duration(float64(d) * f)
 	}
 	return d
+}
+
+// Resources counts this process's RDMA objects by kind (qp, cq, mr, pd,
+// cm_id) as the kernel reports them (`rdma resource show KIND`).
+func Resources(t testing.TB) map[string]int {
+	t.Helper()
+	pid := " pid " + strconv.Itoa(os.Getpid()) + " "
+	out := map[string]int{}
+	for _, kind := range []string{"qp", "cq", "mr", "pd", "cm_id"} {
+		b, err := exec.Command("rdma", "resource", "show", kind).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rdma resource show %s: %v: %s", kind, err, b)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line+" ", pid) {
+				out[kind]++
+			}
+		}
+	}
+	return out
+}
+
+// CheckNoLeaks fails t if, within a scaled grace period, the process's RDMA
+// objects or goroutines do not come back to the baseline.
+func CheckNoLeaks(t testing.TB, baseRes map[string]int, baseGoroutines int) {
+	t.Helper()
+	deadline := time.Now().Add(Scale(2 * time.Second))
+	for {
+		res := Resources(t)
+		g := runtime.NumGoroutine()
+		same := g <= baseGoroutines
+		for k, v := range res {
+			if v != baseRes[k] {
+				same = false
+			}
+		}
+		if same {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			n := runtime.Stack(buf, true)
+			t.Fatalf("leak: RDMA objects %v (before %v), goroutines %d (before %d)\n%s", res, baseRes, g, baseGoroutines, buf[:n])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
