@@ -101,6 +101,7 @@ func TestEcho(t *testing.T) {
 
 // TestNetConn runs golang.org/x/net/nettest's net.Conn conformance suite.
 func TestNetConn(t *testing.T) {
+	rdmatest.Require(t)
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 		c, s, ln := connPair(t, nil)
 		return c, s, func() {

@@ -53,7 +53,8 @@ func TestNoLeaks(t *testing.T) {
 		if i == 0 {
 			// The check below can only see leaks if it sees live objects.
 			if live := rdmatest.Resources(t); live["qp"] < 2 || live["cm_id"] < 3 || live["mr"] < 2 {
-				t.Fatalf("with a connection open, rdma resource show lists %v for this process", live)
+				out, _ := exec.Command("rdma", "resource", "show", "qp").CombinedOutput()
+				t.Fatalf("with a connection open, rdma resource show lists %v for this process (pid %d):\n%s", live, os.Getpid(), out)
 			}
 		}
 		if i%2 == 0 {

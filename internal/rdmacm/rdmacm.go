@@ -199,10 +199,11 @@ func (c *Channel) loop() {
 	}
 	var ev C.goevent
 	priv := make([]byte, 256)
+	ch := c.ch // Close clears c.ch but destroys the channel only after this loop exits
 	for {
 		var got C.int
 		err := rc.Read(func(uintptr) bool {
-			got = C.get_event(c.ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
+			got = C.get_event(ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
 			return got != 0
 		})
 		if err != nil || got < 0 {
@@ -259,6 +260,23 @@ type ID struct {
 	ch *Channel
 }
 
+// errDestroyed is returned by methods of an ID after Destroy.
+var errDestroyed = errors.New("rdma_cm id already destroyed")
+
+// do runs f with the id's C pointer while holding i.mu, so Destroy cannot
+// free it underneath (the connection's event loop and Close race otherwise).
+func (i *ID) do(op string, f func(*C.struct_rdma_cm_id) C.int) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.id == nil {
+		return fmt.Errorf("%s: %w", op, errDestroyed)
+	}
+	if ret := f(i.id); ret != 0 {
+		return fmt.Errorf("%s: %w", op, syscall.Errno(-ret))
+	}
+	return nil
+}
+
 // CreateID creates an id in the TCP port space on c.
 func (c *Channel) CreateID() (*ID, error) {
 	var id *C.struct_rdma_cm_id
@@ -278,11 +296,13 @@ func (i *ID) Migrate(c *Channel) error {
 	c.mu.Lock()
 	c.ids[i.id] = i
 	c.mu.Unlock()
-	if ret := C.errno_or(C.rdma_migrate_id(i.id, c.ch)); ret != 0 {
+	if err := i.do("rdma_migrate_id", func(id *C.struct_rdma_cm_id) C.int {
+		return C.errno_or(C.rdma_migrate_id(id, c.ch))
+	}); err != nil {
 		c.mu.Lock()
 		delete(c.ids, i.id)
 		c.mu.Unlock()
-		return fmt.Errorf("rdma_migrate_id: %w", syscall.Errno(-ret))
+		return err
 	}
 	if old != nil {
 		old.mu.Lock()
@@ -393,15 +413,14 @@ func (i *ID) connParam(accept bool, p ConnParam) error {
 	if accept {
 		a = 1
 	}
-	if ret := C.conn_param_call(a, i.id, priv, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources),
-		C.uint8_t(p.InitiatorDepth), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount), C.uint32_t(p.QPNum)); ret != 0 {
-		op := "rdma_connect"
-		if accept {
-			op = "rdma_accept"
-		}
-		return fmt.Errorf("%s: %w", op, syscall.Errno(-ret))
+	op := "rdma_connect"
+	if accept {
+		op = "rdma_accept"
 	}
-	return nil
+	return i.do(op, func(id *C.struct_rdma_cm_id) C.int {
+		return C.conn_param_call(a, id, priv, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources),
+			C.uint8_t(p.InitiatorDepth), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount), C.uint32_t(p.QPNum))
+	})
 }
 
 // Connect sends the connection request (EventConnectResponse, EventRejected, ... follow).
@@ -412,10 +431,7 @@ func (i *ID) Accept(p ConnParam) error { return i.connParam(true, p) }
 
 // Establish completes an active connection whose QP the caller moved to RTS.
 func (i *ID) Establish() error {
-	if ret := C.errno_or(C.rdma_establish(i.id)); ret != 0 {
-		return fmt.Errorf("rdma_establish: %w", syscall.Errno(-ret))
-	}
-	return nil
+	return i.do("rdma_establish", func(id *C.struct_rdma_cm_id) C.int { return C.errno_or(C.rdma_establish(id)) })
 }
 
 // Reject refuses a connection request, carrying privateData to the peer.
@@ -425,18 +441,14 @@ func (i *ID) Reject(privateData []byte) error {
 		priv = C.CBytes(privateData)
 		defer C.free(priv)
 	}
-	if ret := C.errno_or(C.rdma_reject(i.id, priv, C.uint8_t(len(privateData)))); ret != 0 {
-		return fmt.Errorf("rdma_reject: %w", syscall.Errno(-ret))
-	}
-	return nil
+	return i.do("rdma_reject", func(id *C.struct_rdma_cm_id) C.int {
+		return C.errno_or(C.rdma_reject(id, priv, C.uint8_t(len(privateData))))
+	})
 }
 
 // Disconnect tears the connection down (the peer gets EventDisconnected).
 func (i *ID) Disconnect() error {
-	if ret := C.errno_or(C.rdma_disconnect(i.id)); ret != 0 {
-		return fmt.Errorf("rdma_disconnect: %w", syscall.Errno(-ret))
-	}
-	return nil
+	return i.do("rdma_disconnect", func(id *C.struct_rdma_cm_id) C.int { return C.errno_or(C.rdma_disconnect(id)) })
 }
 
 // Verbs is the device context the id is bound to (nil before address resolution).
@@ -454,8 +466,10 @@ func (i *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, erro
 	buf := C.calloc(1, C.size_t(verbs.SizeofQPAttr))
 	defer C.free(buf)
 	var mask C.int
-	if ret := C.init_qp_attr(i.id, buf, C.int(state), &mask); ret != 0 {
-		return verbs.QPAttr{}, 0, fmt.Errorf("rdma_init_qp_attr %s: %w", state, syscall.Errno(-ret))
+	if err := i.do("rdma_init_qp_attr "+state.String(), func(id *C.struct_rdma_cm_id) C.int {
+		return C.init_qp_attr(id, buf, C.int(state), &mask)
+	}); err != nil {
+		return verbs.QPAttr{}, 0, err
 	}
 	return verbs.QPAttrFromC(buf), verbs.AttrMask(mask), nil
 }

@@ -55,10 +55,16 @@ func Scale(d time.Duration) time.Duration {
 }
 
 // Resources counts this process's RDMA objects by kind (qp, cq, mr, pd,
-// cm_id) as the kernel reports them (`rdma resource show KIND`).
+// cm_id) as the kernel reports them (`rdma resource show KIND`). The kernel
+// names the creating thread, not the process, so objects are matched by the
+// command name (test binaries run one at a time under make test).
 func Resources(t testing.TB) map[string]int {
 	t.Helper()
-	pid := " pid " + strconv.Itoa(os.Getpid()) + " "
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := " comm " + strings.TrimSpace(string(comm)) + " "
 	out := map[string]int{}
 	for _, kind := range []string{"qp", "cq", "mr", "pd", "cm_id"} {
 		b, err := exec.Command("rdma", "resource", "show", kind).CombinedOutput()
