@@ -6,10 +6,10 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/gordma/rdma/buffer"
 	"github.com/gordma/rdma/internal/rdmacm"
 	"github.com/gordma/rdma/internal/verbs"
 	"github.com/gordma/rdma/internal/wire"
@@ -48,15 +48,27 @@ type Conn struct {
 	qpDown     bool          // the QP was moved to ERR
 	wake       chan struct{} // closed and replaced on every state change (broadcast)
 	closing    chan struct{} // closed by Close
-	loopDone   chan struct{} // closed when the completion loop exits
+	released   bool          // the endpoint is gone: completions are ignored
 	eventsDone chan struct{} // closed when the CM event loop exits
 
 	rdDeadline, wrDeadline deadline
 	closeOnce              sync.Once
 	closeErr               error
 
-	compFile *os.File    // dup of the completion channel fd, parked on by completionLoop
-	stopLoop atomic.Bool // tells completionLoop to exit
+	// The message view and one-sided operations (message.go, onesided.go).
+	dev        *device
+	msgs       chan buffer.Buf
+	notes      chan Notification
+	msgsClosed bool
+	slots      []recvSlot
+	lent       []bool       // receive buffer i is with the user (message or notification)
+	msgSend    []buffer.Buf // messages in flight, by send slot
+	msgFree    []int
+	ops        []opSlot
+	opFree     []int
+	opDone     chan OpCompletion
+	exports    map[*Export]struct{}
+	toRelease  []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
 
 	sendWRs []verbs.SendWR // scratch for Write, guarded by writeMu
 	recvWRs []verbs.RecvWR // scratch for reposting, guarded by mu
@@ -68,41 +80,65 @@ type rxMsg struct {
 	n   int // bytes received
 }
 
-func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID, ep *endpoint, peer wire.Hello) *Conn {
+// newConn makes the connection object and its endpoint (the endpoint's
+// poller delivers completions to the Conn, so the Conn comes first).
+func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	c := &Conn{
-		cfg: *cfg, ch: ch, id: id, ep: ep,
-		laddr:       &Addr{id.LocalAddr()},
-		raddr:       &Addr{id.PeerAddr()},
-		peerBufSize: min(int(peer.RecvBufSize), ep.bufSize),
-		rq:          make([]rxMsg, ep.nRecv),
-		credits:     int(peer.Credits),
-		wake:        make(chan struct{}),
-		closing:     make(chan struct{}),
-		loopDone:    make(chan struct{}),
-		eventsDone:  make(chan struct{}),
-		rdDeadline:  makeDeadline(),
-		wrDeadline:  makeDeadline(),
-		sendWRs:     make([]verbs.SendWR, 0, ep.nSend),
-		recvWRs:     make([]verbs.RecvWR, 0, ep.nRecv),
+		cfg: *cfg, ch: ch, id: id,
+		wake:       make(chan struct{}),
+		closing:    make(chan struct{}),
+		eventsDone: make(chan struct{}),
+		rdDeadline: makeDeadline(),
+		wrDeadline: makeDeadline(),
+		rq:         make([]rxMsg, cfg.RecvBuffers),
+		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
+		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers),
 	}
-	return c
+	ep, err := newEndpoint(id, cfg, c)
+	if err != nil {
+		return nil, err
+	}
+	c.ep = ep
+	c.dev = ep.dev
+	c.initMessages()
+	return c, nil
 }
 
-// postInitialRecvs posts every receive buffer; it must happen before the
-// peer learns our credits (before accept / establish).
-func (e *endpoint) postInitialRecvs() error {
-	wrs := make([]verbs.RecvWR, e.nRecv)
-	for i := range wrs {
-		wrs[i] = e.recvWR(i)
-	}
-	return e.qp.PostRecv(wrs)
+// setPeer records the peer's half of the handshake.
+func (c *Conn) setPeer(peer wire.Hello) {
+	c.mu.Lock()
+	c.peerBufSize = min(int(peer.RecvBufSize), c.ep.bufSize)
+	c.credits = int(peer.Credits)
+	c.mu.Unlock()
 }
 
-// start launches the completion and CM event loops once the connection is up.
-func (c *Conn) start() error {
+// start runs once the connection is established.
+func (c *Conn) start() {
+	c.mu.Lock()
+	c.laddr = &Addr{c.id.LocalAddr()}
+	c.raddr = &Addr{c.id.PeerAddr()}
 	c.recvPosted = c.ep.nRecv
+	c.mu.Unlock()
 	go c.eventLoop()
-	return c.startCompletionLoop()
+}
+
+// abort frees a connection that never got established.
+func (c *Conn) abort() {
+	c.mu.Lock()
+	c.released = true
+	c.freeRecvRingLocked()
+	c.mu.Unlock()
+	c.ep.close()
+}
+
+// freeRecvRingLocked returns the receive buffers to the pool; those lent to
+// the user go back when the user releases them (recycleRecv).
+func (c *Conn) freeRecvRingLocked() {
+	for i, b := range c.ep.recv {
+		if !c.lent[i] {
+			b.Free()
+		}
+	}
 }
 
 // broadcast wakes every waiter. Called with c.mu held.
@@ -177,7 +213,7 @@ func (c *Conn) copyOut(b []byte) int {
 	c.recvWRs = c.recvWRs[:0]
 	for c.rqLen > 0 && n < len(b) {
 		m := &c.rq[c.rqHead]
-		k := copy(b[n:], c.ep.recvBuf(m.buf)[m.off:m.n])
+		k := copy(b[n:], c.ep.recv[m.buf].Full()[m.off:m.n])
 		n += k
 		m.off += k
 		if m.off == m.n {
@@ -222,7 +258,7 @@ func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 	if c.qpDown || c.sqInFlight >= c.ep.sqDepth {
 		return false
 	}
-	wr := [1]verbs.SendWR{{WRID: wrSendCtl, Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+	wr := [1]verbs.SendWR{{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
 		Imm: wire.EncodeImm(kind, uint32(c.pending))}}
 	if err := c.ep.qp.PostSend(wr[:]); err != nil {
 		c.failLocked(err)
@@ -284,11 +320,12 @@ func (c *Conn) write(b []byte) (int, error) {
 		wrs := c.sendWRs[:0]
 		for i := 0; i < k && len(b) > 0; i++ {
 			slot := int((first + uint64(i)) % uint64(c.ep.nSend))
-			m := copy(c.ep.sendBuf(slot)[:c.peerBufSize], b)
+			sb := c.ep.send[slot]
+			m := copy(sb.Full()[:c.peerBufSize], b)
 			b = b[m:]
 			written += m
-			wrs = append(wrs, verbs.SendWR{WRID: wrSendData | uint64(slot), Addr: c.ep.sendAddr(slot),
-				Len: uint32(m), LKey: c.ep.mr.LKey, Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled})
+			wrs = append(wrs, verbs.SendWR{WRID: c.ep.wrid(wrSendData, slot), Addr: sb.Addr(),
+				Len: uint32(m), LKey: sb.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled})
 		}
 		c.mu.Lock()
 		unused := k - len(wrs)
@@ -436,10 +473,30 @@ func (c *Conn) shutdown() error {
 	return c.release()
 }
 
-// release stops both loops and destroys every object in reverse order.
+// release detaches from the poller and destroys every object in reverse order.
 func (c *Conn) release() error {
-	c.stopCompletionLoop()
-	<-c.loopDone
+	c.mu.Lock()
+	c.released = true // from here on the poller's completions for us are ignored
+	c.closeMessagesLocked()
+	exports := c.exports
+	c.exports = nil
+	c.freeRecvRingLocked()
+	for i, b := range c.msgSend {
+		if b.Valid() {
+			b.Release()
+			c.msgSend[i] = buffer.Buf{}
+		}
+	}
+	for i := range c.ops {
+		if c.ops[i].local.Valid() {
+			c.ops[i].local.Release()
+			c.ops[i].local = buffer.Buf{}
+		}
+	}
+	c.mu.Unlock()
+	for e := range exports {
+		e.close()
+	}
 	err := c.ep.close()
 	if derr := c.id.Destroy(); derr != nil && err == nil {
 		err = derr

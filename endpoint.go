@@ -2,86 +2,104 @@ package rdma
 
 import (
 	"errors"
-	"fmt"
-	"syscall"
 
 	"github.com/gordma/rdma/buffer"
+	"github.com/gordma/rdma/internal/poller"
 	"github.com/gordma/rdma/internal/rdmacm"
 	"github.com/gordma/rdma/internal/verbs"
 )
 
-// endpoint holds one connection's verbs objects. They are created in order
-// (PD, completion channel, CQ, QP, arena, MR) and destroyed in reverse.
+// endpoint holds one connection's verbs objects: its QP (on the shared CQ of
+// the poller it is attached to) and its send and receive rings (Bufs from the
+// device's registered pool, so setting up a connection registers no memory
+// once the pool is warm).
 type endpoint struct {
-	ctx    *verbs.Context
-	pd     *verbs.PD
-	compCh *verbs.CompChannel
-	cq     *verbs.CQ
-	qp     *verbs.QP
-	arena  *buffer.Arena
-	mr     *verbs.MR
-	lim    verbs.PortLimits
+	dev     *device
+	poller  *poller.Poller
+	token   uint64 // the connection's token, already shifted into wr_id position
+	entries int    // CQ entries reserved on the poller
+	qp      *verbs.QP
+	lim     verbs.PortLimits
+	recv    []buffer.Buf
+	send    []buffer.Buf
 
 	bufSize, nRecv, nSend int
+	maxMsgs, maxOps       int // zero-copy messages and one-sided operations in flight
 	sqDepth               int
 }
 
-// Work-request ids: the kind in the top bits, a buffer index below.
+// Work-request ids: [token:24][kind:8][index:32].
 const (
 	wrRecv     = 1 << 32
 	wrSendData = 2 << 32
 	wrSendCtl  = 3 << 32
+	wrSendMsg  = 4 << 32
+	wrOneSided = 5 << 32
 	wrKindMask = 0xff << 32
+	wrIdxMask  = 0xffffffff
 )
 
 // ctlReserve is the send-queue room kept for control messages (credit
-// updates, end of stream) beside one entry per send buffer.
+// updates, end of stream).
 const ctlReserve = 8
 
-func newEndpoint(id *rdmacm.ID, cfg *Config) (_ *endpoint, err error) {
-	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers, nSend: cfg.SendBuffers}
-	e.sqDepth = e.nSend + ctlReserve
+// maxOneSided is how many one-sided operations a connection keeps in flight.
+const maxOneSided = 16
+
+func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err error) {
+	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers, nSend: cfg.SendBuffers,
+		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided}
+	e.sqDepth = e.nSend + e.maxMsgs + e.maxOps + ctlReserve
 	defer func() {
 		if err != nil {
 			e.close()
 		}
 	}()
-	if e.ctx, err = id.Context(); err != nil {
-		return nil, err
-	}
-	port, err := e.ctx.QueryPort(id.PortNum())
+	ctx, err := id.Context()
 	if err != nil {
 		return nil, err
 	}
-	dev, err := e.ctx.QueryDevice()
+	port, err := ctx.QueryPort(id.PortNum())
 	if err != nil {
 		return nil, err
 	}
-	e.lim = port.Limits(dev)
-	if e.pd, err = e.ctx.AllocPD(); err != nil {
+	devAttr, err := ctx.QueryDevice()
+	if err != nil {
 		return nil, err
 	}
-	if e.compCh, err = e.ctx.CreateCompChannel(); err != nil {
+	e.lim = port.Limits(devAttr)
+	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if e.cq, err = e.ctx.CreateCQ(e.nRecv+e.sqDepth, e.compCh); err != nil {
+	e.entries = e.nRecv + e.sqDepth
+	p, tok, err := e.dev.pollers.Attach(h, e.entries)
+	if err != nil {
 		return nil, err
 	}
-	if e.qp, err = e.pd.CreateQP(verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
+	if e.qp, err = e.dev.pd.CreateQP(verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
 		SendWR: e.sqDepth, RecvWR: e.nRecv}); err != nil {
 		return nil, err
 	}
-	if e.arena, err = buffer.NewArena((e.nRecv + e.nSend) * e.bufSize); err != nil {
-		return nil, err
-	}
-	if e.mr, err = e.pd.RegMR(e.arena.Bytes()[:(e.nRecv+e.nSend)*e.bufSize], verbs.AccessLocalWrite); err != nil {
-		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
-			return nil, fmt.Errorf("%w: %v", ErrMemlock, err)
+	for i := 0; i < e.nRecv; i++ {
+		b, err := e.dev.pool.Get(e.bufSize)
+		if err != nil {
+			return nil, err
 		}
-		return nil, err
+		e.recv = append(e.recv, b)
+	}
+	for i := 0; i < e.nSend; i++ {
+		b, err := e.dev.pool.Get(e.bufSize)
+		if err != nil {
+			return nil, err
+		}
+		e.send = append(e.send, b)
 	}
 	return e, nil
 }
+
+// wrid builds a work-request id for this connection.
+func (e *endpoint) wrid(kind uint64, idx int) uint64 { return e.token | kind | uint64(idx) }
 
 // moveQP asks rdma_cm for the attributes of the next state and applies them
 // through the validated state table.
@@ -100,54 +118,47 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 
 // toError moves the QP to ERR so every outstanding work request flushes.
 func (e *endpoint) toError() error {
-	if e.qp.State() == verbs.StateErr || e.qp.State() == verbs.StateReset {
+	if s := e.qp.State(); s == verbs.StateErr || s == verbs.StateReset {
 		return nil
 	}
 	return e.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState, e.lim)
 }
 
-func (e *endpoint) recvBuf(i int) []byte {
-	return e.arena.Bytes()[i*e.bufSize : (i+1)*e.bufSize]
-}
-
-func (e *endpoint) sendBuf(i int) []byte {
-	off := (e.nRecv + i) * e.bufSize
-	return e.arena.Bytes()[off : off+e.bufSize]
-}
-
 func (e *endpoint) recvWR(i int) verbs.RecvWR {
-	return verbs.RecvWR{WRID: wrRecv | uint64(i), Addr: e.mr.Addr() + uint64(i*e.bufSize), Len: uint32(e.bufSize), LKey: e.mr.LKey}
+	b := e.recv[i]
+	return verbs.RecvWR{WRID: e.wrid(wrRecv, i), Addr: b.Addr(), Len: uint32(e.bufSize), LKey: b.LKey()}
 }
 
-func (e *endpoint) sendAddr(i int) uint64 {
-	return e.mr.Addr() + uint64((e.nRecv+i)*e.bufSize)
+// postInitialRecvs posts every receive buffer; it must happen before the
+// peer learns our credits (before accept / establish).
+func (e *endpoint) postInitialRecvs() error {
+	wrs := make([]verbs.RecvWR, e.nRecv)
+	for i := range wrs {
+		wrs[i] = e.recvWR(i)
+	}
+	return e.qp.PostRecv(wrs)
 }
 
-// close destroys everything in reverse order of creation. Idempotent.
+// close destroys the QP, leaves the poller and gives the send ring back to
+// the pool, then drops the device reference. Idempotent. The receive ring
+// belongs to the Conn (some of it may be lent to the user) and is freed there.
 func (e *endpoint) close() error {
 	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if e.qp != nil {
-		add(e.qp.Close())
+		errs = append(errs, e.qp.Close())
+		e.qp = nil
 	}
-	if e.mr != nil {
-		add(e.mr.Close())
+	if e.poller != nil {
+		e.poller.Detach(uint32(e.token>>poller.TokenShift), e.entries)
+		e.poller = nil
 	}
-	if e.arena != nil {
-		add(e.arena.Close())
+	for _, b := range e.send {
+		b.Release()
 	}
-	if e.cq != nil {
-		add(e.cq.Close())
-	}
-	if e.compCh != nil {
-		add(e.compCh.Close())
-	}
-	if e.pd != nil {
-		add(e.pd.Close())
+	e.send = nil
+	if e.dev != nil {
+		e.dev.release()
+		e.dev = nil
 	}
 	return errors.Join(errs...)
 }

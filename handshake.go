@@ -118,11 +118,11 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 		ch.Close()
 		return nil, err
 	}
-	var ep *endpoint
+	var c *Conn
 	defer func() {
 		if err != nil {
-			if ep != nil {
-				ep.close()
+			if c != nil {
+				c.abort()
 			}
 			id.Destroy()
 			ch.Close()
@@ -140,9 +140,10 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
 		return nil, err
 	}
-	if ep, err = newEndpoint(id, cfg); err != nil {
+	if c, err = newConn(cfg, ch, id); err != nil {
 		return nil, err
 	}
+	ep := c.ep
 	if err = ep.moveQP(id, verbs.StateInit); err != nil {
 		return nil, err
 	}
@@ -163,17 +164,14 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 		id.Reject(nil)
 		return nil, fmt.Errorf("%w: listener's answer: %v", ErrHandshake, err)
 	}
+	c.setPeer(peer)
 	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, err
 	}
 	if err = id.Establish(); err != nil {
 		return nil, err
 	}
-	c := newConn(cfg, ch, id, ep, peer)
-	if err = c.start(); err != nil {
-		c.Close()
-		return nil, err
-	}
+	c.start()
 	return c, nil
 }
 
@@ -202,11 +200,11 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 		ch.Close()
 		return nil, err
 	}
-	var ep *endpoint
+	var c *Conn
 	defer func() {
 		if err != nil {
-			if ep != nil {
-				ep.close()
+			if c != nil {
+				c.abort()
 			}
 			child.Destroy()
 			ch.Close()
@@ -216,9 +214,11 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 		child.Reject((&wire.Reject{Code: wire.RejectResources, Reason: e.Error()}).AppendTo(nil))
 		return e
 	}
-	if ep, err = newEndpoint(child, cfg); err != nil {
+	if c, err = newConn(cfg, ch, child); err != nil {
 		return nil, fail(err)
 	}
+	c.setPeer(peer)
+	ep := c.ep
 	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, fail(err)
 	}
@@ -233,11 +233,7 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 	if _, err = expect(ctx, ch, rdmacm.EventEstablished, "waiting for the dialer to establish"); err != nil {
 		return nil, err
 	}
-	c := newConn(cfg, ch, child, ep, peer)
-	if err = c.start(); err != nil {
-		c.Close()
-		return nil, err
-	}
+	c.start()
 	return c, nil
 }
 

@@ -52,7 +52,7 @@ func TestNoLeaks(t *testing.T) {
 		io.ReadFull(c, make([]byte, len(msg)))
 		if i == 0 {
 			// The check below can only see leaks if it sees live objects.
-			if live := rdmatest.Resources(t); live["qp"] < 2 || live["cm_id"] < 3 || live["mr"] < 2 {
+			if live := rdmatest.Resources(t); live["qp"] < 2 || live["cm_id"] < 3 || live["mr"] < 1 || live["cq"] < 1 {
 				out, _ := exec.Command("rdma", "resource", "show", "qp").CombinedOutput()
 				t.Fatalf("with a connection open, rdma resource show lists %v for this process (pid %d):\n%s", live, os.Getpid(), out)
 			}
@@ -98,11 +98,12 @@ func rawDial(t *testing.T, addr string, priv []byte) rdmacm.Event {
 		t.Fatal(err)
 	}
 	cfg := (&Config{}).withDefaults()
-	ep, err := newEndpoint(id, &cfg)
+	c, err := newConn(&cfg, ch, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ep.close()
+	defer c.abort()
+	ep := c.ep
 	if err := ep.moveQP(id, verbs.StateInit); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gordma/rdma/internal/poller"
 )
 
 // Config tunes connections. The zero value is ready to use; every field's
@@ -58,10 +60,27 @@ type Config struct {
 	// RetryCount is the RC transport retry count sent to the peer (how often a
 	// lost packet is retransmitted before the connection fails). 0 means 7.
 	RetryCount int
-	// PollSpin is how long the completion poller keeps polling after the last
-	// completion before it arms the completion queue and sleeps in the Go
-	// netpoller. 0 means 50 µs; a negative value never spins (event mode).
+	// PollMode is how the device's completion pollers wait for work:
+	// PollAdaptive (the zero value) spins for PollSpin, then sleeps in the Go
+	// netpoller; PollBusy never sleeps (a core per poller at 100%, lowest
+	// latency); PollEvent never spins.
+	PollMode PollMode
+	// PollSpin is the adaptive spin budget after the last completion.
+	// 0 means 50 µs; a negative value means PollEvent.
 	PollSpin time.Duration
+	// Pollers is how many pollers serve a device, each locked to an OS thread
+	// pinned to its own core and shared by all the device's connections
+	// (least-loaded first). 0 means 1; never more than GOMAXPROCS-1.
+	Pollers int
+	// PollCPUs are the cores to pin pollers to; nil means chosen from the
+	// topology (one per physical core first, highest-numbered first).
+	PollCPUs []int
+	// The poller settings and PoolMaxBytes take effect when a device's first
+	// connection is set up; connections share a device's pollers and pool.
+
+	// PoolMaxBytes caps the registered buffer pool of each device (send and
+	// receive rings and Alloc'd messages). 0 means 1 GiB.
+	PoolMaxBytes int64
 	// Backlog is the listener's backlog of connections not yet accepted.
 	// 0 means 128.
 	Backlog int
@@ -97,7 +116,30 @@ func (c *Config) withDefaults() Config {
 	if out.PollSpin == 0 {
 		out.PollSpin = 50 * time.Microsecond
 	}
+	if out.PollSpin < 0 {
+		out.PollMode = PollEvent
+	}
 	return out
+}
+
+// PollMode says how completion pollers wait; see Config.PollMode.
+type PollMode int
+
+const (
+	PollAdaptive PollMode = iota
+	PollBusy
+	PollEvent
+)
+
+func (c *Config) pollerConfig() poller.Config {
+	mode := poller.Adaptive
+	switch c.PollMode {
+	case PollBusy:
+		mode = poller.Busy
+	case PollEvent:
+		mode = poller.Event
+	}
+	return poller.Config{Pollers: c.Pollers, CPUs: c.PollCPUs, Mode: mode, Spin: c.PollSpin}
 }
 
 // Addr is the address of an RDMA endpoint: an IP of an RDMA-capable netdev

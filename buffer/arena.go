@@ -1,13 +1,13 @@
-// Package buffer provides memory for RDMA: large arenas mapped outside the Go
-// heap (the NIC reads and writes them while Go's collector must not move or
-// scan them), backed by 2 MiB huge pages when the system has them reserved,
-// else transparent huge pages, else ordinary 4 KiB pages.
 package buffer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"os"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +22,15 @@ const (
 )
 
 func (k PageKind) String() string {
-	return [...]string{"4KiB pages", "transparent huge pages", "2MiB hugetlb pages"}[k]
+	switch k {
+	case Pages4K:
+		return "4KiB pages"
+	case PagesTHP:
+		return "transparent huge pages"
+	case PagesHugeTLB2M:
+		return "2MiB hugetlb pages"
+	}
+	return fmt.Sprintf("PageKind(%d)", int(k))
 }
 
 const hugePage = 2 << 20
@@ -39,31 +47,90 @@ var ErrReleased = errors.New("buffer: used after release")
 
 // NewArena maps at least size bytes, preferring huge pages. With hugetlb the
 // size is rounded up to 2 MiB.
-func NewArena(size int) (*Arena, error) {
+func NewArena(size int) (*Arena, error) { return newArena(size, math.MaxInt) }
+
+// newArena is NewArena that only takes hugetlb pages when the size rounded up
+// to 2 MiB stays within limit (the pool's remaining MaxBytes), so rounding
+// never pushes a pool past its cap; it falls back to THP or 4 KiB pages then.
+func newArena(size, limit int) (*Arena, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("buffer: arena size %d", size)
 	}
-	prot := unix.PROT_READ | unix.PROT_WRITE
-	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
 	if size >= hugePage/2 {
 		hsize := (size + hugePage - 1) &^ (hugePage - 1)
-		if mem, err := unix.Mmap(-1, 0, hsize, prot, flags|unix.MAP_HUGETLB|unix.MAP_POPULATE); err == nil {
-			return &Arena{mem: mem, kind: PagesHugeTLB2M}, nil
+		// MAP_HUGE_2MB: the default huge page size may be 1 GiB; ask for 2 MiB
+		// explicitly so PagesHugeTLB2M is true. Fails (ENOMEM) unless pages are
+		// reserved (vm.nr_hugepages); MAP_POPULATE faults them in now.
+		const flags = unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_HUGETLB | unix.MAP_HUGE_2MB | unix.MAP_POPULATE
+		if hsize <= limit {
+			if p, err := mmap(hsize, flags); err == nil {
+				return &Arena{mem: unsafe.Slice((*byte)(p), hsize), kind: PagesHugeTLB2M}, nil
+			}
 		}
 	}
-	mem, err := unix.Mmap(-1, 0, size, prot, flags)
+	if size >= hugePage && thpAvailable() {
+		if mem, err := mmapAligned(size); err == nil {
+			if unix.Madvise(mem, unix.MADV_HUGEPAGE) == nil {
+				return &Arena{mem: mem, kind: PagesTHP}, nil
+			}
+			return &Arena{mem: mem, kind: Pages4K}, nil
+		}
+	}
+	p, err := mmap(size, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return nil, fmt.Errorf("buffer: mmap %d bytes: %w", size, err)
 	}
-	kind := Pages4K
-	if size >= hugePage && unix.Madvise(mem, unix.MADV_HUGEPAGE) == nil {
-		kind = PagesTHP
+	return &Arena{mem: unsafe.Slice((*byte)(p), size), kind: Pages4K}, nil
+}
+
+// mmap goes through MmapPtr rather than unix.Mmap because mmapAligned unmaps
+// parts of a mapping, which unix.Munmap (it tracks whole mappings) refuses.
+func mmap(size, flags int) (unsafe.Pointer, error) {
+	return unix.MmapPtr(-1, 0, nil, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, flags)
+}
+
+// mmapAligned maps size bytes starting on a 2 MiB boundary: the kernel backs
+// only aligned 2 MiB extents with transparent huge pages, so an unaligned
+// 4 MiB region would get one huge page instead of two. It over-maps by 2 MiB
+// and unmaps the unaligned head and the tail.
+func mmapAligned(size int) ([]byte, error) {
+	total := size + hugePage
+	p, err := mmap(total, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
 	}
-	return &Arena{mem: mem, kind: kind}, nil
+	head := int((hugePage - uintptr(p)%hugePage) % hugePage)
+	if head > 0 {
+		unix.MunmapPtr(p, uintptr(head))
+	}
+	if tail := total - head - size; tail > 0 {
+		unix.MunmapPtr(unsafe.Add(p, head+size), uintptr(tail))
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(p, head)), size), nil
+}
+
+var thp struct {
+	once sync.Once
+	ok   bool
+}
+
+// thpAvailable is false when THP is switched off ("[never]"): madvise still
+// succeeds then, but no huge page would back the arena, and Stats must report
+// what was actually obtained.
+func thpAvailable() bool {
+	thp.once.Do(func() {
+		b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+		thp.ok = err == nil && !bytes.Contains(b, []byte("[never]"))
+	})
+	return thp.ok
 }
 
 // Bytes is the arena's memory; valid until Close.
-func (a *Arena) Bytes() []byte { return a.mem }
+func (a *Arena) Bytes() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.mem
+}
 
 // Kind reports what backs the arena.
 func (a *Arena) Kind() PageKind { return a.kind }
@@ -75,7 +142,10 @@ func (a *Arena) Close() error {
 	if a.mem == nil {
 		return nil
 	}
-	err := unix.Munmap(a.mem)
+	err := unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(a.mem)), uintptr(len(a.mem)))
 	a.mem = nil
-	return err
+	if err != nil {
+		return fmt.Errorf("buffer: munmap: %w", err)
+	}
+	return nil
 }

@@ -278,3 +278,17 @@ func (q *CQ) Close() error {
 }
 
 var _ = syscall.EAGAIN
+
+// Resize grows (or shrinks) the CQ to at least cqe entries.
+func (q *CQ) Resize(cqe int) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cq == nil {
+		return ErrClosed
+	}
+	if ret := C.ibv_resize_cq(q.cq, C.int(cqe)); ret != 0 {
+		return errnoErr(fmt.Sprintf("ibv_resize_cq %d entries", cqe), nil, ret)
+	}
+	q.Size = int(q.cq.cqe)
+	return nil
+}

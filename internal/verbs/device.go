@@ -248,3 +248,7 @@ func (p *Port) GIDIndexFor(ip net.IP, typ GIDType) int {
 	}
 	return -1
 }
+
+// Key identifies the underlying device context (stable while it is open), so
+// per-device state can be shared by everything that uses the same context.
+func (c *Context) Key() uintptr { return uintptr(unsafe.Pointer(c.ctx)) }

@@ -278,6 +278,9 @@ const (
 	KindCredit    Kind = 1 // no payload; only returns credits
 	KindFIN       Kind = 2 // the sender will send no more data
 	KindKeepalive Kind = 3 // idle probe
+	KindMessage   Kind = 4 // one whole message of the message view (boundaries kept)
+
+	maxKind = KindMessage
 )
 
 func (k Kind) String() string {
@@ -290,6 +293,8 @@ func (k Kind) String() string {
 		return "fin"
 	case KindKeepalive:
 		return "keepalive"
+	case KindMessage:
+		return "message"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -307,8 +312,39 @@ func EncodeImm(k Kind, credits uint32) uint32 {
 // DecodeImm unpacks a peer's immediate data.
 func DecodeImm(imm uint32) (Kind, uint32, error) {
 	k := Kind(imm >> 24)
-	if k > KindKeepalive {
+	if k > maxKind {
 		return 0, 0, errorf(ErrMalformed, "unknown message kind %d", uint8(k))
 	}
 	return k, imm & MaxImmCredits, nil
+}
+
+// Region describes a buffer a peer exported for one-sided access.
+//
+//	addr(8) len(4) rkey(4), big-endian
+type Region struct {
+	Addr uint64
+	Len  uint32
+	RKey uint32
+}
+
+// RegionLen is the encoded size of a Region.
+const RegionLen = 16
+
+// AppendTo appends the encoded region to b.
+func (r Region) AppendTo(b []byte) []byte {
+	b = binary.BigEndian.AppendUint64(b, r.Addr)
+	b = binary.BigEndian.AppendUint32(b, r.Len)
+	return binary.BigEndian.AppendUint32(b, r.RKey)
+}
+
+// ParseRegion decodes a region from a peer; trailing bytes are ignored.
+func ParseRegion(b []byte) (Region, error) {
+	if len(b) < RegionLen {
+		return Region{}, errorf(ErrMalformed, "region descriptor truncated: %d bytes, need %d", len(b), RegionLen)
+	}
+	r := Region{Addr: binary.BigEndian.Uint64(b), Len: binary.BigEndian.Uint32(b[8:]), RKey: binary.BigEndian.Uint32(b[12:])}
+	if r.Addr+uint64(r.Len) < r.Addr {
+		return Region{}, errorf(ErrMalformed, "region descriptor wraps the address space (addr 0x%x, len %d)", r.Addr, r.Len)
+	}
+	return r, nil
 }

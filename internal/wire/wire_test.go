@@ -228,7 +228,7 @@ func TestParseRejectErrors(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for k, want := range map[Kind]string{KindData: "data", KindCredit: "credit", KindFIN: "fin", KindKeepalive: "keepalive", 4: "Kind(4)", 255: "Kind(255)"} {
+	for k, want := range map[Kind]string{KindData: "data", KindCredit: "credit", KindFIN: "fin", KindKeepalive: "keepalive", KindMessage: "message", 5: "Kind(5)", 255: "Kind(255)"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
@@ -263,8 +263,8 @@ func TestImm(t *testing.T) {
 
 func TestDecodeImmUnknownKind(t *testing.T) {
 	for imm, want := range map[uint32]string{
-		0x04000000: "unknown message kind 4",
-		0x04000001: "unknown message kind 4",
+		0x05000000: "unknown message kind 5",
+		0x05000001: "unknown message kind 5",
 		0xff123456: "unknown message kind 255",
 	} {
 		k, c, err := DecodeImm(imm)
@@ -342,6 +342,43 @@ func FuzzDecodeImm(f *testing.F) {
 		}
 		if enc := EncodeImm(k, c); enc != imm {
 			t.Fatalf("re-encode %v %d = %#08x, want %#08x", k, c, enc, imm)
+		}
+	})
+}
+
+func TestRegionRoundTrip(t *testing.T) {
+	r := Region{Addr: 0x7f0000001000, Len: 4096, RKey: 0x1234}
+	b := r.AppendTo(nil)
+	if len(b) != RegionLen {
+		t.Fatalf("encoded %d bytes", len(b))
+	}
+	got, err := ParseRegion(append(b, 0, 0, 0))
+	if err != nil || got != r {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if _, err := ParseRegion(b[:15]); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("truncated: %v", err)
+	}
+	wrap := Region{Addr: ^uint64(0) - 10, Len: 100}
+	if _, err := ParseRegion(wrap.AppendTo(nil)); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("wrapping region: %v", err)
+	}
+}
+
+func FuzzParseRegion(f *testing.F) {
+	f.Add(Region{Addr: 4096, Len: 16, RKey: 7}.AppendTo(nil))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseRegion(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		again, err := ParseRegion(r.AppendTo(nil))
+		if err != nil || again != r {
+			t.Fatalf("re-encoded region %+v parsed as %+v, %v", r, again, err)
 		}
 	})
 }

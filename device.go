@@ -1,0 +1,140 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/gordma/rdma/buffer"
+	"github.com/gordma/rdma/internal/poller"
+	"github.com/gordma/rdma/internal/verbs"
+)
+
+// device is what every connection on one RDMA device context shares: one
+// protection domain, one buffer pool registered with it (so memory is
+// registered once per arena, never per connection or per message), and the
+// pinned pollers whose CQs the connections' QPs complete into.
+type device struct {
+	key     uintptr
+	ctx     *verbs.Context
+	pd      *verbs.PD
+	pool    *buffer.Pool
+	pollers *poller.Group
+	refs    int // connections using it (devices.mu)
+}
+
+var devices struct {
+	mu sync.Mutex
+	m  map[uintptr]*device
+}
+
+// acquireDevice returns the shared state of ctx's device, creating it with
+// cfg's poller settings for the first connection.
+func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d := devices.m[ctx.Key()]; d != nil {
+		d.refs++
+		return d, nil
+	}
+	d := &device{key: ctx.Key(), ctx: ctx, refs: 1}
+	defer func() {
+		if err != nil {
+			d.teardown()
+		}
+	}()
+	if d.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if d.pool, err = buffer.NewPool(registrar{d.pd}, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize)}); err != nil {
+		return nil, err
+	}
+	if d.pollers, err = poller.NewGroup(ctx, cfg.pollerConfig()); err != nil {
+		return nil, err
+	}
+	if devices.m == nil {
+		devices.m = make(map[uintptr]*device)
+	}
+	devices.m[d.key] = d
+	return d, nil
+}
+
+// release drops a connection's reference; the last one frees the device's
+// pollers, pool and PD (QPs must be gone by then).
+func (d *device) release() {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	d.refs--
+	d.maybeTeardownLocked()
+}
+
+// bufReturned is called when a buffer lent by a closed connection comes back.
+func (d *device) bufReturned() {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	d.maybeTeardownLocked()
+}
+
+// maybeTeardownLocked frees the device once no connection uses it and no
+// buffer of its pool is out: received messages may outlive their connection,
+// and their memory must stay mapped until they are released.
+func (d *device) maybeTeardownLocked() {
+	if d.refs > 0 || d.pool.Stats().InUseBytes > 0 || devices.m[d.key] != d {
+		return
+	}
+	delete(devices.m, d.key)
+	d.teardown()
+}
+
+func (d *device) teardown() error {
+	var errs []error
+	if d.pollers != nil {
+		errs = append(errs, d.pollers.Close())
+	}
+	if d.pool != nil {
+		errs = append(errs, d.pool.Close())
+	}
+	if d.pd != nil {
+		errs = append(errs, d.pd.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// registrar registers pool arenas with the device's PD for local access
+// only: nothing is remotely accessible unless a connection exports it.
+type registrar struct{ pd *verbs.PD }
+
+func (r registrar) Register(mem []byte) (buffer.Registration, error) {
+	mr, err := r.pd.RegMR(mem, verbs.AccessLocalWrite)
+	if err != nil {
+		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
+			return nil, fmt.Errorf("%w: %v", ErrMemlock, err)
+		}
+		return nil, err
+	}
+	return registration{mr}, nil
+}
+
+type registration struct{ mr *verbs.MR }
+
+func (r registration) LKey() uint32 { return r.mr.LKey }
+func (r registration) RKey() uint32 { return r.mr.RKey }
+func (r registration) Addr() uint64 { return r.mr.Addr() }
+func (r registration) Close() error { return r.mr.Close() }
+
+// poolClasses are the pool's size classes: powers of four from 256 B to
+// 4 MiB, plus the connections' buffer size so their rings waste nothing.
+func poolClasses(bufSize int) []int {
+	var out []int
+	for c := 256; c <= 4<<20; c *= 4 {
+		if bufSize > c/4 && bufSize < c && (len(out) == 0 || out[len(out)-1] < bufSize) {
+			out = append(out, bufSize)
+		}
+		out = append(out, c)
+	}
+	if bufSize > out[len(out)-1] {
+		out = append(out, bufSize)
+	}
+	return out
+}

@@ -1,0 +1,234 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+
+	"github.com/gordma/rdma/buffer"
+	"github.com/gordma/rdma/internal/verbs"
+	"github.com/gordma/rdma/internal/wire"
+)
+
+// The message view: whole messages, no copies. A sender fills a registered
+// Buf from Alloc and Sends it; the NIC reads it in place. A receiver gets the
+// Buf the NIC wrote into (one of the connection's receive buffers) on
+// Messages(); releasing it reposts that receive and returns its credit to
+// the sender. The stream view (Read/Write) and the message view share the
+// connection's credits: a receiver that holds messages without releasing
+// them stops its peer's writes too, as a full TCP window would.
+//
+// How long bytes stay valid: a Buf from Alloc is the caller's until Send
+// (Send takes it over, in every case, and releases it once the NIC has read
+// it). A received Buf's bytes are valid until its Release; after that the
+// handle is stale (Bytes returns nil) and the memory receives new data.
+
+// ErrMessageTooLarge: a message does not fit the peer's receive buffers.
+var ErrMessageTooLarge = errors.New("message larger than the peer's receive buffers " +
+	"(see MaxMessageSize; raise Config.BufferSize on both sides, or move bulk data with Export and WriteRemote)")
+
+// recvSlot returns a receive buffer lent to the user to the connection.
+type recvSlot struct {
+	c   *Conn
+	idx int
+}
+
+func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
+
+func (c *Conn) initMessages() {
+	n := c.ep.nRecv
+	c.msgs = make(chan buffer.Buf, n)   // at most n receive buffers can be lent at once
+	c.notes = make(chan Notification, n) // likewise
+	c.slots = make([]recvSlot, n)
+	c.lent = make([]bool, n)
+	for i := range c.slots {
+		c.slots[i] = recvSlot{c, i}
+		c.ep.recv[i].SetRecycler(&c.slots[i])
+	}
+	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
+	c.msgFree = make([]int, 0, c.ep.maxMsgs)
+	for i := c.ep.maxMsgs - 1; i >= 0; i-- {
+		c.msgFree = append(c.msgFree, i)
+	}
+	c.initOneSided()
+}
+
+// MaxMessageSize is the largest message Send accepts: the peer's receive
+// buffer size.
+func (c *Conn) MaxMessageSize() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.peerBufSize
+}
+
+// Alloc returns a registered buffer of n bytes for Send (or for Export and
+// the one-sided operations). Bytes() has length n.
+func (c *Conn) Alloc(n int) (buffer.Buf, error) {
+	if n > c.MaxMessageSize() {
+		return buffer.Buf{}, c.opError("alloc", fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.MaxMessageSize()))
+	}
+	b, err := c.ep.dev.pool.Get(n)
+	if err != nil {
+		return buffer.Buf{}, c.opError("alloc", err)
+	}
+	return b, nil
+}
+
+// Send sends b as one message without copying it. It waits (bounded by ctx
+// and the write deadline) for a credit, posts b and returns; b belongs to
+// the connection from the call on, whatever the outcome, and is released
+// once the NIC is done with it. The peer receives it whole on Messages().
+func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
+	if err := c.send(ctx, b); err != nil {
+		b.Release()
+		return c.opError("send", err)
+	}
+	return nil
+}
+
+func (c *Conn) send(ctx context.Context, b buffer.Buf) error {
+	if !b.Valid() {
+		return buffer.ErrReleased
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b.Len() > c.peerBufSize {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerBufSize)
+	}
+	for {
+		if err := c.writeErrLocked(); err != nil {
+			return err
+		}
+		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqInFlight < c.ep.sqDepth-ctlReserve/2 {
+			break
+		}
+		if err := c.waitLocked(ctx, &c.wrDeadline); err != nil {
+			return err
+		}
+	}
+	slot := c.msgFree[len(c.msgFree)-1]
+	c.msgFree = c.msgFree[:len(c.msgFree)-1]
+	c.msgSend[slot] = b
+	wr := [1]verbs.SendWR{{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
+		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}}
+	if err := c.ep.qp.PostSend(wr[:]); err != nil {
+		c.msgSend[slot] = buffer.Buf{}
+		c.msgFree = append(c.msgFree, slot)
+		c.failLocked(err)
+		return err
+	}
+	c.pending = 0
+	c.credits--
+	c.sqInFlight++
+	return nil
+}
+
+// waitLocked releases c.mu until the connection's state changes, ctx ends or
+// the deadline passes. Called with c.mu held; returns with it held.
+func (c *Conn) waitLocked(ctx context.Context, d *deadline) error {
+	wake := c.wake
+	c.mu.Unlock()
+	defer c.mu.Lock()
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-wake:
+		return nil
+	case <-d.wait():
+		return os.ErrDeadlineExceeded
+	case <-c.closing:
+		return net.ErrClosed
+	case <-done:
+		return ctx.Err()
+	}
+}
+
+// Messages delivers received messages, whole and in order, as Bufs the
+// receiver must Release. It is closed when the peer has finished (after its
+// last message) or the connection ends; Recv reports why.
+func (c *Conn) Messages() <-chan buffer.Buf { return c.msgs }
+
+// Recv waits for the next message (bounded by ctx and the read deadline).
+// At the end it returns io.EOF, or the connection's error.
+func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
+	select {
+	case b, ok := <-c.msgs:
+		if ok {
+			return b, nil
+		}
+	default:
+		var done <-chan struct{}
+		if ctx != nil {
+			done = ctx.Done()
+		}
+		select {
+		case b, ok := <-c.msgs:
+			if ok {
+				return b, nil
+			}
+		case <-c.rdDeadline.wait():
+			return buffer.Buf{}, c.opError("recv", os.ErrDeadlineExceeded)
+		case <-c.closing:
+			return buffer.Buf{}, c.opError("recv", net.ErrClosed)
+		case <-done:
+			return buffer.Buf{}, c.opError("recv", ctx.Err())
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return buffer.Buf{}, c.opError("recv", net.ErrClosed)
+	case c.eof:
+		return buffer.Buf{}, io.EOF
+	case c.rerr != nil:
+		return buffer.Buf{}, c.opError("recv", c.rerr)
+	}
+	return buffer.Buf{}, io.EOF
+}
+
+// deliverMessageLocked lends receive buffer idx to the user. The channel has
+// room for every receive buffer, so this never blocks the poller.
+func (c *Conn) deliverMessageLocked(idx, n int) {
+	b := c.ep.recv[idx]
+	b.SetLen(n)
+	c.lent[idx] = true
+	c.msgs <- b
+}
+
+// recycleRecv takes back a lent receive buffer (the user released it) and
+// reposts it, which returns its credit to the peer.
+func (c *Conn) recycleRecv(idx int, b buffer.Buf) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lent[idx] = false
+	if c.released {
+		b.Free() // the connection is gone: back to the pool
+		c.ep.dev.bufReturned()
+		return
+	}
+	c.ep.recv[idx] = b
+	if c.qpDown {
+		return
+	}
+	c.recvWRs = append(c.recvWRs[:0], c.ep.recvWR(idx))
+	c.repostLocked()
+	c.broadcast()
+}
+
+// closeMessagesLocked ends Messages() and Notifications(): after end of
+// stream, a receive error, or release. Only the poller (under c.mu) sends on
+// them, so closing under c.mu is safe.
+func (c *Conn) closeMessagesLocked() {
+	if c.msgsClosed {
+		return
+	}
+	c.msgsClosed = true
+	close(c.msgs)
+	close(c.notes)
+}
