@@ -40,7 +40,7 @@ func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
 func (c *Conn) initMessages() {
 	n := c.ep.nRecv
-	c.msgs = make(chan buffer.Buf, n)   // at most n receive buffers can be lent at once
+	c.msgs = make(chan buffer.Buf, n)    // at most n receive buffers can be lent at once
 	c.notes = make(chan Notification, n) // likewise
 	c.slots = make([]recvSlot, n)
 	c.lent = make([]bool, n)

@@ -58,18 +58,18 @@ type Stats struct {
 
 // Poller owns one CQ shared by the connections attached to it.
 type Poller struct {
-	g        *Group
-	cq       *verbs.CQ
-	ch       *verbs.CompChannel
-	file     *os.File // dup of the channel fd, for the netpoller
-	handlers *table
-	cpu      int // -1 when not pinned
-	tid      atomic.Int32
-	reserved int // CQ entries promised to attached connections (g.mu)
-	stop     atomic.Bool
-	done     chan struct{}
+	g                                   *Group
+	cq                                  *verbs.CQ
+	ch                                  *verbs.CompChannel
+	file                                *os.File // dup of the channel fd, for the netpoller
+	handlers                            *table
+	cpu                                 int // -1 when not pinned
+	tid                                 atomic.Int32
+	reserved                            int // CQ entries promised to attached connections (g.mu)
+	stop                                atomic.Bool
+	done                                chan struct{}
 	polls, completions, sleeps, dropped atomic.Uint64
-	pinErr   atomic.Pointer[error]
+	pinErr                              atomic.Pointer[error]
 }
 
 // Group is the set of pollers of one device context.

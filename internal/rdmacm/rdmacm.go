@@ -184,14 +184,14 @@ func NewChannel() (*Channel, error) {
 		events: make(chan Event, 16),
 		done:   make(chan struct{}),
 	}
-	go c.loop()
+	go c.loop(ch) // the loop gets the pointer now: Close clears c.ch
 	return c, nil
 }
 
 // Events delivers the channel's events; it is closed when the channel is.
 func (c *Channel) Events() <-chan Event { return c.events }
 
-func (c *Channel) loop() {
+func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 	defer close(c.events)
 	rc, err := c.file.SyscallConn()
 	if err != nil {
@@ -199,7 +199,6 @@ func (c *Channel) loop() {
 	}
 	var ev C.goevent
 	priv := make([]byte, 256)
-	ch := c.ch // Close clears c.ch but destroys the channel only after this loop exits
 	for {
 		var got C.int
 		err := rc.Read(func(uintptr) bool {
