@@ -46,7 +46,10 @@ type Conn struct {
 	werr       error
 	closed     bool
 	qpDown     bool          // the QP was moved to ERR
-	wake       chan struct{} // closed and replaced on every state change (broadcast)
+	wake       chan struct{} // closed and replaced on a state change when wakers > 0
+	wakers     int           // goroutines waiting on wake
+	rdSig      chan struct{} // capacity 1: wakes the (single, readMu) blocked reader
+	wrSig      chan struct{} // capacity 1: wakes the (single, writeMu) blocked writer
 	closing    chan struct{} // closed by Close
 	released   bool          // the endpoint is gone: completions are ignored
 	eventsDone chan struct{} // closed when the CM event loop exits
@@ -70,8 +73,9 @@ type Conn struct {
 	exports    map[*Export]struct{}
 	toRelease  []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
 
-	sendWRs []verbs.SendWR // scratch for Write, guarded by writeMu
-	recvWRs []verbs.RecvWR // scratch for reposting, guarded by mu
+	sendWRs []verbs.SendWR  // scratch for Write, guarded by writeMu
+	ctlWR   [1]verbs.SendWR // scratch for control messages, guarded by mu (a local would escape to the heap)
+	recvWRs []verbs.RecvWR  // scratch for reposting, guarded by mu
 }
 
 type rxMsg struct {
@@ -86,6 +90,8 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	c := &Conn{
 		cfg: *cfg, ch: ch, id: id,
 		wake:       make(chan struct{}),
+		rdSig:      make(chan struct{}, 1),
+		wrSig:      make(chan struct{}, 1),
 		closing:    make(chan struct{}),
 		eventsDone: make(chan struct{}),
 		rdDeadline: makeDeadline(),
@@ -142,9 +148,30 @@ func (c *Conn) freeRecvRingLocked() {
 }
 
 // broadcast wakes every waiter. Called with c.mu held.
+// Read and Write, the hot paths, each have one waiter at most (they hold
+// readMu / writeMu while they wait) and a signal channel that costs no
+// allocation; other waiters (Send, one-sided operations, close) share a
+// broadcast channel that is replaced only when someone waited on it.
 func (c *Conn) broadcast() {
-	close(c.wake)
-	c.wake = make(chan struct{})
+	select {
+	case c.rdSig <- struct{}{}:
+	default:
+	}
+	select {
+	case c.wrSig <- struct{}{}:
+	default:
+	}
+	if c.wakers > 0 {
+		close(c.wake)
+		c.wake = make(chan struct{})
+		c.wakers = 0
+	}
+}
+
+// wakeChan returns a channel closed at the next state change. Called with c.mu held.
+func (c *Conn) wakeChan() chan struct{} {
+	c.wakers++
+	return c.wake
 }
 
 // creditThreshold is how many reposted receives we collect before returning
@@ -196,10 +223,9 @@ func (c *Conn) read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, nil
 		}
-		wake := c.wake
 		c.mu.Unlock()
 		select {
-		case <-wake:
+		case <-c.rdSig:
 		case <-c.rdDeadline.wait():
 		case <-c.closing:
 		}
@@ -258,9 +284,9 @@ func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 	if c.qpDown || c.sqInFlight >= c.ep.sqDepth {
 		return false
 	}
-	wr := [1]verbs.SendWR{{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-		Imm: wire.EncodeImm(kind, uint32(c.pending))}}
-	if err := c.ep.qp.PostSend(wr[:]); err != nil {
+	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+		Imm: wire.EncodeImm(kind, uint32(c.pending))}
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
 		c.failLocked(err)
 		return false
 	}
@@ -301,10 +327,9 @@ func (c *Conn) write(b []byte) (int, error) {
 		room := c.ep.sqDepth - ctlReserve/2 - c.sqInFlight
 		k := min(free, room, c.credits-1)
 		if k <= 0 {
-			wake := c.wake
 			c.mu.Unlock()
 			select {
-			case <-wake:
+			case <-c.wrSig:
 			case <-c.wrDeadline.wait():
 			case <-c.closing:
 			}
@@ -405,7 +430,7 @@ func (c *Conn) sendFIN(timeout time.Duration) error {
 			c.broadcast()
 			return nil
 		}
-		wake := c.wake
+		wake := c.wakeChan()
 		c.mu.Unlock()
 		select {
 		case <-wake:
@@ -445,7 +470,7 @@ func (c *Conn) shutdown() error {
 	// Wait until every send is acknowledged (delivered into the peer's buffers).
 	c.mu.Lock()
 	for c.sqInFlight > 0 && !c.qpDown && time.Now().Before(deadline) {
-		wake := c.wake
+		wake := c.wakeChan()
 		c.mu.Unlock()
 		select {
 		case <-wake:
@@ -461,7 +486,7 @@ func (c *Conn) shutdown() error {
 	flushDeadline := time.Now().Add(time.Second)
 	c.mu.Lock()
 	for (c.sqInFlight > 0 || c.recvPosted > 0) && time.Now().Before(flushDeadline) {
-		wake := c.wake
+		wake := c.wakeChan()
 		c.mu.Unlock()
 		select {
 		case <-wake:

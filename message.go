@@ -112,9 +112,9 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf) error {
 	slot := c.msgFree[len(c.msgFree)-1]
 	c.msgFree = c.msgFree[:len(c.msgFree)-1]
 	c.msgSend[slot] = b
-	wr := [1]verbs.SendWR{{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
-		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}}
-	if err := c.ep.qp.PostSend(wr[:]); err != nil {
+	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
+		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
 		c.msgSend[slot] = buffer.Buf{}
 		c.msgFree = append(c.msgFree, slot)
 		c.failLocked(err)
@@ -129,7 +129,7 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf) error {
 // waitLocked releases c.mu until the connection's state changes, ctx ends or
 // the deadline passes. Called with c.mu held; returns with it held.
 func (c *Conn) waitLocked(ctx context.Context, d *deadline) error {
-	wake := c.wake
+	wake := c.wakeChan()
 	c.mu.Unlock()
 	defer c.mu.Lock()
 	var done <-chan struct{}

@@ -215,9 +215,9 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	local.Retain()
 	s.async, s.id, s.local = async, id, local
-	wr := [1]verbs.SendWR{{WRID: c.ep.wrid(wrOneSided, idx), Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
-		Opcode: opcode, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}}
-	if err := c.ep.qp.PostSend(wr[:]); err != nil {
+	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrOneSided, idx), Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
+		Opcode: opcode, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
 		s.local = buffer.Buf{}
 		c.opFree = append(c.opFree, idx)
 		c.failLocked(err)

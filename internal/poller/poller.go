@@ -226,6 +226,16 @@ func (p *Poller) run(started chan<- struct{}) {
 	}
 	wcs := make([]verbs.WC, 64)
 	mode, spin := p.g.cfg.Mode, p.g.cfg.Spin
+	// Made once: a closure built per sleep would be a heap allocation per sleep.
+	var gerr error
+	takeEvent := func(uintptr) bool {
+		ok, err := p.ch.GetEvent()
+		if err != nil {
+			gerr = err
+			return true
+		}
+		return ok
+	}
 	for !p.stop.Load() {
 		var n int
 		var err error
@@ -252,15 +262,7 @@ func (p *Poller) run(started chan<- struct{}) {
 			}
 			if n == 0 {
 				p.sleeps.Add(1)
-				var gerr error
-				werr := rc.Read(func(uintptr) bool {
-					ok, err := p.ch.GetEvent()
-					if err != nil {
-						gerr = err
-						return true
-					}
-					return ok
-				})
+				werr := rc.Read(takeEvent)
 				if werr != nil || gerr != nil {
 					return // Close closed the file
 				}

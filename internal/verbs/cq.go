@@ -65,10 +65,13 @@ static int set_nonblock(int fd) {
 	return fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -errno : 0;
 }
 
-// get_cq_event returns 1 and the CQ for one pending event, 0 if none (EAGAIN), -errno on error.
-static int get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq) {
+// get_cq_event returns 1 for one pending event, 0 if none (EAGAIN), -errno on
+// error. The CQ is not returned: each channel serves one CQ here, and an
+// out-parameter would cost the Go caller a heap allocation per event.
+static int get_cq_event(struct ibv_comp_channel *ch) {
+	struct ibv_cq *cq;
 	void *ctx;
-	if (ibv_get_cq_event(ch, cq, &ctx) == 0) return 1;
+	if (ibv_get_cq_event(ch, &cq, &ctx) == 0) return 1;
 	return errno == EAGAIN ? 0 : -errno;
 }
 */
@@ -173,8 +176,7 @@ func (ch *CompChannel) Fd() int { return int(ch.ch.fd) }
 // GetEvent consumes one pending CQ event without blocking. It returns ok=false
 // when none is pending. Each event must be acknowledged with CQ.AckEvents.
 func (ch *CompChannel) GetEvent() (ok bool, err error) {
-	var cq *C.struct_ibv_cq
-	ret := C.get_cq_event(ch.ch, &cq)
+	ret := C.get_cq_event(ch.ch)
 	if ret < 0 {
 		return false, errnoErr("ibv_get_cq_event", nil, ret)
 	}

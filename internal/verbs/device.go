@@ -211,7 +211,8 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 	}, nil
 }
 
-// QueryPort returns a port's state, MTUs and valid GID entries.
+// QueryPort returns a port's state, MTUs and table sizes (QueryGIDs adds the
+// GID entries, which cost a query each).
 func (c *Context) QueryPort(num uint8) (*Port, error) {
 	var a C.struct_ibv_port_attr
 	if ret := C.query_port(c.ctx, C.uint8_t(num), &a); ret != 0 {
@@ -222,6 +223,13 @@ func (c *Context) QueryPort(num uint8) (*Port, error) {
 		GIDTableLen: int(a.gid_tbl_len), PKeyTableLen: uint16(a.pkey_tbl_len), LID: uint16(a.lid),
 		Ethernet: C.port_link_layer(&a) == C.IBV_LINK_LAYER_ETHERNET,
 	}
+	return p, nil
+}
+
+// QueryGIDs fills p.GIDs with the port's valid GID entries.
+func (c *Context) QueryGIDs(p *Port) error {
+	num := p.Num
+	p.GIDs = p.GIDs[:0]
 	for i := 0; i < p.GIDTableLen; i++ {
 		var e C.struct_ibv_gid_entry
 		if ret := C._ibv_query_gid_ex(c.ctx, C.uint32_t(num), C.uint32_t(i), &e, 0, C.size_t(unsafe.Sizeof(e))); ret != 0 {
@@ -236,7 +244,7 @@ func (c *Context) QueryPort(num uint8) (*Port, error) {
 		}
 		p.GIDs = append(p.GIDs, g)
 	}
-	return p, nil
+	return nil
 }
 
 // GIDIndexFor returns the index of the GID of the given type that maps ip, or -1.

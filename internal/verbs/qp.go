@@ -20,9 +20,10 @@ typedef struct {
 #define POST_BATCH 64
 
 // post_send chains n work requests (one SGE each, none for zero length) and
-// posts them in one ibv_post_send. Returns 0 or -errno; *bad is the index of the
-// first request not posted.
-static int post_send(struct ibv_qp *qp, gosendwr *in, int n, int *bad) {
+// posts them in one ibv_post_send. Returns 0, or -(errno + 256*bad) where bad
+// is the index of the first request not posted (no out-parameter: a Go
+// pointer argument would make the caller allocate).
+static int post_send(struct ibv_qp *qp, gosendwr *in, int n) {
 	struct ibv_send_wr wr[POST_BATCH], *badwr = NULL;
 	struct ibv_sge sge[POST_BATCH];
 	if (n > POST_BATCH) n = POST_BATCH;
@@ -42,11 +43,12 @@ static int post_send(struct ibv_qp *qp, gosendwr *in, int n, int *bad) {
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 	}
 	int ret = ibv_post_send(qp, wr, &badwr);
-	*bad = badwr ? (int)(badwr - wr) : n;
-	return ret > 0 ? -ret : ret;
+	if (ret == 0) return 0;
+	int bad = badwr ? (int)(badwr - wr) : 0;
+	return -((ret > 0 ? ret : -ret) + 256 * bad);
 }
 
-static int post_recv(struct ibv_qp *qp, gorecvwr *in, int n, int *bad) {
+static int post_recv(struct ibv_qp *qp, gorecvwr *in, int n) {
 	struct ibv_recv_wr wr[POST_BATCH], *badwr = NULL;
 	struct ibv_sge sge[POST_BATCH];
 	if (n > POST_BATCH) n = POST_BATCH;
@@ -60,8 +62,9 @@ static int post_recv(struct ibv_qp *qp, gorecvwr *in, int n, int *bad) {
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
 	}
 	int ret = ibv_post_recv(qp, wr, &badwr);
-	*bad = badwr ? (int)(badwr - wr) : n;
-	return ret > 0 ? -ret : ret;
+	if (ret == 0) return 0;
+	int bad = badwr ? (int)(badwr - wr) : 0;
+	return -((ret > 0 ? ret : -ret) + 256 * bad);
 }
 
 static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uint32_t qkey,
@@ -104,6 +107,8 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"unsafe"
 )
 
@@ -159,6 +164,8 @@ type QP struct {
 	pd        *PD
 	cfg       QPConfig
 	guard     *StateGuard
+	posts     atomic.Uint64
+	wrsPosted atomic.Uint64
 	Num       uint32
 	MaxInline int
 }
@@ -214,15 +221,18 @@ func (q *QP) Query() (QPState, error) {
 	return QPState(a.qp_state), nil
 }
 
+const postBatch = 64 // POST_BATCH in C
+
 // PostSend posts wrs in as few ibv_post_send calls as possible (64 per call).
 func (q *QP) PostSend(wrs []SendWR) error {
 	for len(wrs) > 0 {
-		var bad C.int
-		ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)), &bad)
-		if ret != 0 {
-			return errnoErr(fmt.Sprintf("ibv_post_send QP 0x%x (request %d)", q.Num, int(bad)), nil, ret)
+		n := min(len(wrs), postBatch)
+		q.posts.Add(1)
+		if ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
+			return postError("ibv_post_send", q.Num, -ret)
 		}
-		wrs = wrs[int(bad):]
+		q.wrsPosted.Add(uint64(n))
+		wrs = wrs[n:]
 	}
 	return nil
 }
@@ -230,15 +240,24 @@ func (q *QP) PostSend(wrs []SendWR) error {
 // PostRecv posts receive requests in batches of up to 64 per call.
 func (q *QP) PostRecv(wrs []RecvWR) error {
 	for len(wrs) > 0 {
-		var bad C.int
-		ret := C.post_recv(q.qp, (*C.gorecvwr)(unsafe.Pointer(&wrs[0])), C.int(len(wrs)), &bad)
-		if ret != 0 {
-			return errnoErr(fmt.Sprintf("ibv_post_recv QP 0x%x (request %d)", q.Num, int(bad)), nil, ret)
+		n := min(len(wrs), postBatch)
+		q.posts.Add(1)
+		if ret := C.post_recv(q.qp, (*C.gorecvwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
+			return postError("ibv_post_recv", q.Num, -ret)
 		}
-		wrs = wrs[int(bad):]
+		q.wrsPosted.Add(uint64(n))
+		wrs = wrs[n:]
 	}
 	return nil
 }
+
+func postError(op string, qpn uint32, code C.int) error {
+	return fmt.Errorf("%s QP 0x%x (request %d): %w", op, qpn, int(code)/256, syscall.Errno(code%256))
+}
+
+// PostStats reports how many post calls crossed into C and how many work
+// requests they carried (work requests per call = batching achieved).
+func (q *QP) PostStats() (calls, wrs uint64) { return q.posts.Load(), q.wrsPosted.Load() }
 
 // Close destroys the QP. Idempotent.
 func (q *QP) Close() error {

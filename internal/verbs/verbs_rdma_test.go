@@ -25,6 +25,9 @@ func testDevice(t *testing.T) (*Context, *Port, *DeviceAttr, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := ctx.QueryGIDs(port); err != nil {
+		t.Fatal(err)
+	}
 	if port.State != PortActive {
 		t.Fatalf("port %s/1 is %s, want ACTIVE", env.Device, port.State)
 	}

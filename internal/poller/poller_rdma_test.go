@@ -1,0 +1,104 @@
+package poller
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gordma/rdma/internal/rdmatest"
+	"github.com/gordma/rdma/internal/verbs"
+)
+
+func openDevice(t *testing.T) *verbs.Context {
+	env := rdmatest.Require(t)
+	ctx, err := verbs.OpenDevice(env.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	return ctx
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestPinnedThread: each poller runs on its own OS thread whose affinity is
+// exactly its core.
+func TestPinnedThread(t *testing.T) {
+	ctx := openDevice(t)
+	g, err := NewGroup(ctx, Config{Mode: Event})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, p := range g.Pollers() {
+		if err := p.PinError(); err != nil {
+			t.Fatal(err)
+		}
+		if p.CPU() < 0 {
+			t.Fatal("poller not pinned")
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", p.ThreadID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var allowed string
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				allowed = strings.TrimSpace(v)
+			}
+		}
+		if allowed != fmt.Sprint(p.CPU()) {
+			t.Fatalf("poller thread %d may run on CPUs %q, want only %d", p.ThreadID(), allowed, p.CPU())
+		}
+		t.Logf("poller on thread %d pinned to CPU %d", p.ThreadID(), p.CPU())
+	}
+}
+
+// TestBusyKeepsPolling: with nothing to do, a busy poller never sleeps.
+func TestBusyKeepsPolling(t *testing.T) {
+	ctx := openDevice(t)
+	g, err := NewGroup(ctx, Config{Mode: Busy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	p := g.Pollers()[0]
+	before := p.Stats()
+	time.Sleep(300 * time.Millisecond)
+	after := p.Stats()
+	if after.Polls <= before.Polls || after.Sleeps != 0 {
+		t.Fatalf("busy poller: polls %d -> %d, sleeps %d; want polling and no sleep", before.Polls, after.Polls, after.Sleeps)
+	}
+}
+
+// TestAdaptiveIdleSleeps: an idle adaptive poller arms its CQ and sleeps,
+// so an idle process uses next to no CPU.
+func TestAdaptiveIdleSleeps(t *testing.T) {
+	ctx := openDevice(t)
+	g, err := NewGroup(ctx, Config{Mode: Adaptive, Spin: 50 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	p := g.Pollers()[0]
+	time.Sleep(100 * time.Millisecond)
+	polls, c0 := p.Stats().Polls, cpuTime()
+	time.Sleep(time.Second)
+	used := cpuTime() - c0
+	st := p.Stats()
+	if st.Sleeps == 0 || st.Polls-polls > 2 {
+		t.Fatalf("idle adaptive poller: %d sleeps, %d polls in the idle second", st.Sleeps, st.Polls-polls)
+	}
+	// A busy poller would use the whole second; allow generous slack for an emulated guest.
+	if used > 200*time.Millisecond {
+		t.Fatalf("idle process used %v of CPU in one second", used)
+	}
+	t.Logf("idle second: %v CPU, %d polls", used, st.Polls-polls)
+}
