@@ -46,6 +46,10 @@ type Config struct {
 	Mode    Mode          // how to wait
 	Spin    time.Duration // adaptive spin budget; 0 = 50 µs
 	CQSize  int           // initial entries per CQ; 0 = 4096 (grown as connections attach)
+	// NoPin runs pollers as ordinary goroutines: no locked OS thread, no
+	// affinity. Waking a locked thread costs a thread handoff, which
+	// dominates latency when pollers sleep (adaptive/event) on shared cores.
+	NoPin bool
 }
 
 // Stats counts a poller's work.
@@ -107,7 +111,7 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 	}()
 	for i := 0; i < n; i++ {
 		cpu := -1
-		if i < len(cpus) {
+		if i < len(cpus) && !cfg.NoPin {
 			cpu = cpus[i]
 		}
 		p, err := newPoller(g, ctx, cpu)
@@ -207,10 +211,12 @@ func (g *Group) Mode() Mode { return g.cfg.Mode }
 
 func (p *Poller) run(started chan<- struct{}) {
 	defer close(p.done)
-	runtime.LockOSThread() // the thread stays pinned to p.cpu for the poller's life
-	defer runtime.UnlockOSThread()
+	if !p.g.cfg.NoPin {
+		runtime.LockOSThread() // the thread stays pinned to p.cpu for the poller's life
+		defer runtime.UnlockOSThread()
+	}
 	p.tid.Store(int32(unix.Gettid()))
-	if p.cpu >= 0 {
+	if p.cpu >= 0 && !p.g.cfg.NoPin {
 		var set unix.CPUSet
 		set.Set(p.cpu)
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
