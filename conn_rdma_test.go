@@ -55,11 +55,13 @@ func connPair(t testing.TB, cfg *Config) (client, server *Conn, ln *Listener) {
 	if cfg != nil {
 		d.Config = *cfg
 	}
+	start := time.Now()
 	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
 	}
+	t.Logf("dial took %v", time.Since(start))
 	r := <-ch
 	if r.err != nil {
 		t.Fatal(r.err)

@@ -26,6 +26,7 @@ type endpoint struct {
 	bufSize, nRecv, nSend int
 	maxMsgs, maxOps       int // zero-copy messages and one-sided operations in flight
 	sqDepth               int
+	closed                bool
 }
 
 // Work-request ids: [token:24][kind:8][index:32].
@@ -142,15 +143,19 @@ func (e *endpoint) postInitialRecvs() error {
 // close destroys the QP, leaves the poller and gives the send ring back to
 // the pool, then drops the device reference. Idempotent. The receive ring
 // belongs to the Conn (some of it may be lent to the user) and is freed there.
+// The qp and poller pointers stay set (Stats reads their counters); closed
+// makes the teardown happen once.
 func (e *endpoint) close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
 	var errs []error
 	if e.qp != nil {
 		errs = append(errs, e.qp.Close())
-		e.qp = nil
 	}
 	if e.poller != nil {
 		e.poller.Detach(uint32(e.token>>poller.TokenShift), e.entries)
-		e.poller = nil
 	}
 	for _, b := range e.send {
 		b.Release()

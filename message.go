@@ -70,7 +70,10 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 	if n > c.MaxMessageSize() {
 		return buffer.Buf{}, c.opError("alloc", fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.MaxMessageSize()))
 	}
-	b, err := c.ep.dev.pool.Get(n)
+	b, err := c.dev.pool.Get(n)
+	if errors.Is(err, buffer.ErrExhausted) {
+		err = fmt.Errorf("%w; the limit is Config.PoolMaxBytes of the device's first connection", err)
+	}
 	if err != nil {
 		return buffer.Buf{}, c.opError("alloc", err)
 	}

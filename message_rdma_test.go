@@ -318,3 +318,132 @@ func TestZeroAllocs(t *testing.T) {
 	calls, wrs := c.ep.qp.PostStats()
 	t.Logf("client QP: %d post calls carried %d work requests; poller: %+v", calls, wrs, c.ep.poller.Stats())
 }
+
+// TestManyConnsOnePoller: many connections share the device's poller(s) and
+// each gets exactly its own data.
+func TestManyConnsOnePoller(t *testing.T) {
+	ln := listenTest(t, nil)
+	defer ln.Close()
+	go func() {
+		for {
+			s, err := ln.AcceptRDMA()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer s.Close()
+				for {
+					b, err := s.Recv(context.Background())
+					if err != nil {
+						return
+					}
+					// Echo the message back zero-copy: the received buffer is sent as is.
+					if err := s.Send(context.Background(), b); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	const conns, msgs = 16, 50
+	errc := make(chan error, conns)
+	var pollers = map[any]bool{}
+	var mu = make(chan struct{}, 1)
+	for i := 0; i < conns; i++ {
+		go func(i int) {
+			c, err := Dial("rdma", ln.Addr().String())
+			if err != nil {
+				errc <- err
+				return
+			}
+			defer c.Close()
+			mu <- struct{}{}
+			pollers[c.ep.poller] = true
+			<-mu
+			ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(30*time.Second))
+			defer cancel()
+			for j := 0; j < msgs; j++ {
+				b, err := c.Alloc(16)
+				if err != nil {
+					errc <- err
+					return
+				}
+				copy(b.Bytes(), []byte{byte(i), byte(j)})
+				if err := c.Send(ctx, b); err != nil {
+					errc <- err
+					return
+				}
+				r, err := c.Recv(ctx)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if p := r.Bytes(); len(p) != 16 || p[0] != byte(i) || p[1] != byte(j) {
+					errc <- errors.New("a connection received another connection's message")
+				}
+				r.Release()
+			}
+			errc <- nil
+		}(i)
+	}
+	for i := 0; i < conns; i++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d connections on %d poller(s)", conns, len(pollers))
+}
+
+// TestPoolExhausted: when the device's pool is exhausted Alloc fails with a
+// clear error, nothing is corrupted, and releasing makes room again.
+func TestPoolExhausted(t *testing.T) {
+	// PoolMaxBytes applies when a device is set up: wait for the previous
+	// tests' connections (closed asynchronously by their servers) to free it.
+	rdmatest.Require(t)
+	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
+		devices.mu.Lock()
+		n := len(devices.m)
+		devices.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a device is still set up although every earlier connection was closed")
+		}
+	}
+	cfg := &Config{RecvBuffers: 4, SendBuffers: 2, BufferSize: 4096, PoolMaxBytes: 8 << 20}
+	c, s, ln := connPair(t, cfg)
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	var held []buffer.Buf
+	var err error
+	for i := 0; i < 10000; i++ { // 8 MiB of 4 KiB buffers is 2048
+		var b buffer.Buf
+		if b, err = c.Alloc(4000); err != nil {
+			break
+		}
+		held = append(held, b)
+	}
+	if !errors.Is(err, buffer.ErrExhausted) {
+		t.Fatalf("after %d buffers: %v, want buffer.ErrExhausted", len(held), err)
+	}
+	t.Logf("exhausted after %d buffers: %v", len(held), err)
+	// The connection still works (its rings were set up before).
+	if _, err := c.Write([]byte("still alive")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 11)
+	if _, err := s.Read(got); err != nil || string(got) != "still alive" {
+		t.Fatalf("read %q %v", got, err)
+	}
+	held[0].Release()
+	b, err := c.Alloc(4000)
+	if err != nil {
+		t.Fatalf("alloc after a release: %v", err)
+	}
+	b.Release()
+	for _, b := range held[1:] {
+		b.Release()
+	}
+}
