@@ -68,5 +68,16 @@ demo: setup
 	@scripts/softroce run -- bash -c 'set -e; \
 	  for ex in $(BUILD)/bin/*; do echo "== $$ex"; $$ex; done'
 
+# The benchmark harness (benchmarks/README.md): our Conn against perftest and TCP
+# on loopback, in one run inside Soft-RoCE; a table on the terminal, the JSON in
+# $(BENCH_JSON) (a path under this directory: the guest writes only here) and an
+# SVG chart beside it. BENCH_ARGS go to rdmabench (e.g. -quick, -reps 5, -cases latency).
+BENCH_JSON ?= benchmarks/results/bench.json
+BENCH_ARGS ?=
+bench: setup
+	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
+	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
+	scripts/softroce run -- $(BUILD)/bin/rdmabench -json $(BENCH_JSON) $(BENCH_ARGS)
+
 clean:
 	rm -rf $(BUILD)

@@ -41,10 +41,10 @@ import (
 type Config struct {
 	// RecvBuffers is how many receive buffers each connection posts, which is
 	// also the number of messages the peer may have in flight (its credits).
-	// 0 means 32; the minimum is 4.
+	// 0 means 64; the minimum is 4.
 	RecvBuffers int
 	// SendBuffers is how many registered send buffers each connection has.
-	// 0 means 32; the minimum is 2.
+	// 0 means 64; the minimum is 2.
 	SendBuffers int
 	// BufferSize is the size of each send and receive buffer in bytes; writes
 	// larger than the peer's buffer size are split. 0 means 32 KiB; the
@@ -105,8 +105,10 @@ func (c *Config) withDefaults() Config {
 			*v = min
 		}
 	}
-	def(&out.RecvBuffers, 32, 4)
-	def(&out.SendBuffers, 32, 2)
+	// 64 x 32 KiB in flight: with 32 the stream reached 16.2 MB/s in the
+	// Soft-RoCE guest, with 64 21.7 MB/s (ib_send_bw 32 KiB: 22.3 MB/s).
+	def(&out.RecvBuffers, 64, 4)
+	def(&out.SendBuffers, 64, 2)
 	def(&out.BufferSize, 32<<10, 64)
 	def(&out.RetryCount, 7, 1)
 	if out.RetryCount > 7 {
