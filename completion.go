@@ -39,6 +39,9 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 			c.msgSend[idx] = buffer.Buf{}
 			c.msgFree = append(c.msgFree, idx)
 			c.sendFailedLocked(wc)
+			if c.msgAsync[idx] {
+				c.opDone <- OpCompletion{ID: c.msgID[idx], Err: wc.Err()}
+			}
 		case wrOneSided:
 			c.sqInFlight--
 			c.oneSidedDoneLocked(idx, wc, &c.toRelease)

@@ -67,6 +67,8 @@ type Conn struct {
 	lent       []bool       // receive buffer i is with the user (message or notification)
 	msgSend    []buffer.Buf // messages in flight, by send slot
 	msgFree    []int
+	msgAsync   []bool   // the send slot's outcome goes to Completions()
+	msgID      []uint64 // ... with this id
 	ops        []opSlot
 	opFree     []int
 	opDone     chan OpCompletion

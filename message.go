@@ -49,6 +49,8 @@ func (c *Conn) initMessages() {
 		c.ep.recv[i].SetRecycler(&c.slots[i])
 	}
 	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
+	c.msgAsync = make([]bool, c.ep.maxMsgs)
+	c.msgID = make([]uint64, c.ep.maxMsgs)
 	c.msgFree = make([]int, 0, c.ep.maxMsgs)
 	for i := c.ep.maxMsgs - 1; i >= 0; i-- {
 		c.msgFree = append(c.msgFree, i)
@@ -84,15 +86,26 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 // and the write deadline) for a credit, posts b and returns; b belongs to
 // the connection from the call on, whatever the outcome, and is released
 // once the NIC is done with it. The peer receives it whole on Messages().
+// A failure after posting ends the connection and shows in the next call.
 func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
-	if err := c.send(ctx, b); err != nil {
+	if err := c.send(ctx, b, false, 0); err != nil {
 		b.Release()
 		return c.opError("send", err)
 	}
 	return nil
 }
 
-func (c *Conn) send(ctx context.Context, b buffer.Buf) error {
+// PostSend is Send whose outcome (the NIC finished sending b, or an error)
+// also arrives on Completions() with id.
+func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	if err := c.send(ctx, b, true, id); err != nil {
+		b.Release()
+		return c.opError("send", err)
+	}
+	return nil
+}
+
+func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) error {
 	if !b.Valid() {
 		return buffer.ErrReleased
 	}
@@ -115,6 +128,8 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf) error {
 	slot := c.msgFree[len(c.msgFree)-1]
 	c.msgFree = c.msgFree[:len(c.msgFree)-1]
 	c.msgSend[slot] = b
+	c.msgAsync[slot] = async
+	c.msgID[slot] = id
 	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
 		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
 	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {

@@ -78,6 +78,13 @@ func TestMessages(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+	// PostSend reports each send's end on Completions().
+	for id := uint64(1); id <= 3; id++ {
+		b, _ := c.Alloc(8)
+		if err := c.PostSend(ctx, b, id); err == nil {
+			t.Fatal("PostSend after CloseWrite succeeded")
+		}
+	}
 	// After the sender's CloseWrite: the channel closes and Recv reports EOF.
 	if _, err := s.Recv(ctx); err == nil || !strings.Contains(err.Error(), "EOF") {
 		t.Fatalf("after the last message: %v, want EOF", err)
@@ -223,6 +230,31 @@ func TestOneSided(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("async completions: got %d of 8", len(seen))
 		}
+	}
+	// PostSend: the message arrives and its end is reported with its id.
+	for id := uint64(100); id < 104; id++ {
+		b, _ := c.Alloc(32)
+		if err := c.PostSend(ctx, b, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for got := 0; got < 4; {
+		select {
+		case oc := <-c.Completions():
+			if oc.Err != nil || oc.ID < 100 || oc.ID >= 104 {
+				t.Fatalf("send completion %+v", oc)
+			}
+			got++
+		case <-ctx.Done():
+			t.Fatalf("send completions: got %d of 4", got)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		m, err := s.Recv(ctx)
+		if err != nil || m.Len() != 32 {
+			t.Fatalf("posted message %d: len %d, %v", i, m.Len(), err)
+		}
+		m.Release()
 	}
 	// Beyond the descriptor: refused locally, the connection stays usable.
 	if err := c.WriteRemote(ctx, local, remote, 4096-512); !errors.Is(err, ErrRemoteAccess) {

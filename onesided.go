@@ -118,9 +118,9 @@ type opSlot struct {
 	local buffer.Buf
 }
 
-// OpCompletion reports an asynchronous one-sided operation's end.
+// OpCompletion reports the end of an asynchronous operation.
 type OpCompletion struct {
-	ID  uint64 // as given to PostWriteRemote / PostReadRemote
+	ID  uint64 // as given to PostSend, PostWriteRemote or PostReadRemote
 	Err error
 }
 
@@ -142,15 +142,17 @@ func (c *Conn) initOneSided() {
 		c.ops[i].done = make(chan error, 1)
 		c.opFree = append(c.opFree, i)
 	}
-	c.opDone = make(chan OpCompletion, c.ep.maxOps) // never more in flight than slots
+	// Room for every operation and asynchronous send that can be in flight,
+	// so the poller never blocks on it.
+	c.opDone = make(chan OpCompletion, c.ep.maxOps+c.ep.maxMsgs)
 	c.exports = make(map[*Export]struct{})
 }
 
 // Notifications delivers the peer's WriteRemoteImm notifications.
 func (c *Conn) Notifications() <-chan Notification { return c.notes }
 
-// Completions delivers the ends of PostWriteRemote and PostReadRemote
-// operations; it has room for every operation in flight.
+// Completions delivers the ends of PostSend, PostWriteRemote and
+// PostReadRemote operations; it has room for every one that can be in flight.
 func (c *Conn) Completions() <-chan OpCompletion { return c.opDone }
 
 // WriteRemote writes local's bytes into the peer's exported buffer at
