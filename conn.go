@@ -226,12 +226,25 @@ func (c *Conn) read(b []byte) (int, error) {
 			return 0, nil
 		}
 		c.mu.Unlock()
+		if c.pollInline() {
+			continue
+		}
 		select {
 		case <-c.rdSig:
 		case <-c.rdDeadline.wait():
 		case <-c.closing:
 		}
 	}
+}
+
+// pollInline lets a caller about to block poll the CQ itself for up to the
+// spin budget (not in event mode). It reports whether it handled anything,
+// in which case the caller re-checks its condition before parking.
+func (c *Conn) pollInline() bool {
+	if c.cfg.PollMode == PollEvent {
+		return false
+	}
+	return c.ep.poller.TryPoll(c.cfg.PollSpin) > 0
 }
 
 // copyOut copies queued received bytes into b, reposting every buffer it

@@ -184,6 +184,16 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 		if ctx != nil {
 			done = ctx.Done()
 		}
+		for c.pollInline() { // handle completions here rather than wake the poller
+			select {
+			case b, ok := <-c.msgs:
+				if ok {
+					return b, nil
+				}
+				return c.recvEnd()
+			default:
+			}
+		}
 		select {
 		case b, ok := <-c.msgs:
 			if ok {
@@ -197,6 +207,11 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 			return buffer.Buf{}, c.opError("recv", ctx.Err())
 		}
 	}
+	return c.recvEnd()
+}
+
+// recvEnd says why Messages() was closed.
+func (c *Conn) recvEnd() (buffer.Buf, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {

@@ -239,6 +239,16 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	if ctx != nil {
 		done = ctx.Done()
 	}
+	for c.pollInline() {
+		select {
+		case err := <-s.done:
+			if err != nil {
+				return c.opError(op, err)
+			}
+			return nil
+		default:
+		}
+	}
 	select {
 	case err := <-s.done:
 		if err != nil {

@@ -58,22 +58,25 @@ type Stats struct {
 	Completions uint64
 	Sleeps      uint64 // times it armed the CQ and slept
 	Dropped     uint64 // completions for connections that had left
+	InlinePolls uint64 // polls done by callers waiting for a completion (TryPoll)
 }
 
 // Poller owns one CQ shared by the connections attached to it.
 type Poller struct {
-	g                                   *Group
-	cq                                  *verbs.CQ
-	ch                                  *verbs.CompChannel
-	file                                *os.File // dup of the channel fd, for the netpoller
-	handlers                            *table
-	cpu                                 int // -1 when not pinned
-	tid                                 atomic.Int32
-	reserved                            int // CQ entries promised to attached connections (g.mu)
-	stop                                atomic.Bool
-	done                                chan struct{}
-	polls, completions, sleeps, dropped atomic.Uint64
-	pinErr                              atomic.Pointer[error]
+	g                                                *Group
+	cq                                               *verbs.CQ
+	ch                                               *verbs.CompChannel
+	file                                             *os.File // dup of the channel fd, for the netpoller
+	handlers                                         *table
+	cpu                                              int // -1 when not pinned
+	tid                                              atomic.Int32
+	reserved                                         int // CQ entries promised to attached connections (g.mu)
+	stop                                             atomic.Bool
+	owner                                            atomic.Bool // held while polling and dispatching (the poller or a TryPoll caller)
+	inline                                           []verbs.WC  // TryPoll's batch, used only by the owner
+	done                                             chan struct{}
+	polls, completions, sleeps, dropped, inlinePolls atomic.Uint64
+	pinErr                                           atomic.Pointer[error]
 }
 
 // Group is the set of pollers of one device context.
@@ -124,7 +127,7 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 }
 
 func newPoller(g *Group, ctx *verbs.Context, cpu int) (_ *Poller, err error) {
-	p := &Poller{g: g, handlers: newTable(), cpu: cpu, done: make(chan struct{})}
+	p := &Poller{g: g, handlers: newTable(), cpu: cpu, done: make(chan struct{}), inline: make([]verbs.WC, 64)}
 	if p.ch, err = ctx.CreateCompChannel(); err != nil {
 		return nil, err
 	}
@@ -196,7 +199,8 @@ func (p *Poller) PinError() error {
 
 // Stats returns the poller's counters.
 func (p *Poller) Stats() Stats {
-	return Stats{Polls: p.polls.Load(), Completions: p.completions.Load(), Sleeps: p.sleeps.Load(), Dropped: p.dropped.Load()}
+	return Stats{Polls: p.polls.Load(), Completions: p.completions.Load(), Sleeps: p.sleeps.Load(),
+		Dropped: p.dropped.Load(), InlinePolls: p.inlinePolls.Load()}
 }
 
 // Pollers lists the group's pollers.
@@ -243,6 +247,10 @@ func (p *Poller) run(started chan<- struct{}) {
 		return ok
 	}
 	for !p.stop.Load() {
+		if !p.owner.CompareAndSwap(false, true) {
+			runtime.Gosched() // a caller is polling inline (TryPoll); let it finish
+			continue
+		}
 		var n int
 		var err error
 		switch mode {
@@ -267,6 +275,7 @@ func (p *Poller) run(started chan<- struct{}) {
 				return
 			}
 			if n == 0 {
+				p.owner.Store(false)
 				p.sleeps.Add(1)
 				werr := rc.Read(takeEvent)
 				if werr != nil || gerr != nil {
@@ -282,7 +291,31 @@ func (p *Poller) run(started chan<- struct{}) {
 				p.dropped.Add(uint64(d))
 			}
 		}
+		p.owner.Store(false)
 	}
+}
+
+// TryPoll polls the CQ and dispatches what it finds on the caller's
+// goroutine, spinning inside C for up to spin, if nobody else is polling it
+// right now (one owner at a time keeps each connection's completions in
+// order). A blocked Read calls it before parking: a completion handled on
+// the reader's own goroutine needs no wake-up of the poller's thread and no
+// handoff back. It returns the number dispatched, or -1 if the CQ was busy.
+func (p *Poller) TryPoll(spin time.Duration) int {
+	if p.stop.Load() || !p.owner.CompareAndSwap(false, true) {
+		return -1
+	}
+	defer p.owner.Store(false)
+	n, err := p.cq.PollSpin(p.inline, spin)
+	p.inlinePolls.Add(1)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	p.completions.Add(uint64(n))
+	if d := p.handlers.dispatch(p.inline[:n]); d > 0 {
+		p.dropped.Add(uint64(d))
+	}
+	return n
 }
 
 // Close stops the pollers and destroys their CQs. Every QP on them must be
