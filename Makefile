@@ -61,12 +61,16 @@ rdma-tests: setup
 test: vet unit fuzz rdma-tests
 	@echo "make test: PASS"
 
-# The examples, built on the host and run inside Soft-RoCE (or on the host's device).
+# The examples and a short benchmark against perftest, built on the host and
+# run in one boot of the Soft-RoCE guest (or on the host's device).
 demo: setup
-	@mkdir -p $(BUILD)/bin
-	$(GO) build -o $(BUILD)/bin/ ./examples/...
+	@mkdir -p $(BUILD)/examples $(BUILD)/bin benchmarks/results
+	$(GO) build -o $(BUILD)/examples/ ./examples/...
+	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
 	@scripts/softroce run -- bash -c 'set -e; \
-	  for ex in $(BUILD)/bin/*; do echo "== $$ex"; $$ex; done'
+	  for ex in $(BUILD)/examples/*; do echo "== $$ex"; $$ex; done; \
+	  echo "== short benchmark (make bench runs the full one)"; \
+	  $(BUILD)/bin/rdmabench -quick -json benchmarks/results/demo.json'
 
 # The benchmark harness (benchmarks/README.md): our Conn against perftest and TCP
 # on loopback, in one run inside Soft-RoCE; a table on the terminal, the JSON in

@@ -110,6 +110,14 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 		if err != nil {
 			return err
 		}
+		if s == verbs.StateInit {
+			// rdma_cm gives the active side's QP remote write only; both sides
+			// must accept one-sided writes and reads into exported memory.
+			// What is reachable stays decided by MRs: only exports have rkeys
+			// with remote rights.
+			attr.AccessFlags |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+			mask |= verbs.AttrAccessFlags
+		}
 		if err := e.qp.Modify(&attr, mask, e.lim); err != nil {
 			return err
 		}

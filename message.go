@@ -66,12 +66,10 @@ func (c *Conn) MaxMessageSize() int {
 	return c.peerBufSize
 }
 
-// Alloc returns a registered buffer of n bytes for Send (or for Export and
-// the one-sided operations). Bytes() has length n.
+// Alloc returns a registered buffer of n bytes (up to the pool's largest
+// size class, 4 MiB by default) for Send, Export and the one-sided
+// operations. Bytes() has length n. Send takes at most MaxMessageSize bytes.
 func (c *Conn) Alloc(n int) (buffer.Buf, error) {
-	if n > c.MaxMessageSize() {
-		return buffer.Buf{}, c.opError("alloc", fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.MaxMessageSize()))
-	}
 	b, err := c.dev.pool.Get(n)
 	if errors.Is(err, buffer.ErrExhausted) {
 		err = fmt.Errorf("%w; the limit is Config.PoolMaxBytes of the device's first connection", err)

@@ -99,8 +99,12 @@ func TestMessageLimits(t *testing.T) {
 	defer ln.Close()
 	defer c.Close()
 	defer s.Close()
-	if _, err := c.Alloc(4097); !errors.Is(err, ErrMessageTooLarge) {
-		t.Fatalf("Alloc beyond the peer's buffers: %v", err)
+	big, err := c.Alloc(4097)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(context.Background(), big); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("Send beyond the peer's buffers: %v", err)
 	}
 	// The receiver holds every message: after the credits run out Send blocks.
 	sent := 0
@@ -230,6 +234,25 @@ func TestOneSided(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("async completions: got %d of 8", len(seen))
 		}
+	}
+	// The other direction: the dialer's memory, written by the listener's side.
+	back, _ := c.Alloc(256)
+	defer back.Release()
+	bexp, err := c.Export(back, RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bexp.Close()
+	src, _ := s.Alloc(256)
+	defer src.Release()
+	copy(src.Bytes(), bytes.Repeat([]byte("b"), 256))
+	if err := s.WriteRemoteImm(ctx, src, bexp.Remote(), 0, 7); err != nil {
+		t.Fatalf("write into the dialer's export: %v", err)
+	}
+	if n := <-c.Notifications(); n.Imm != 7 || !bytes.Equal(back.Bytes(), src.Bytes()) {
+		t.Fatalf("dialer's export after the write: imm %d, %q", n.Imm, back.Bytes()[:8])
+	} else {
+		n.Release()
 	}
 	// PostSend: the message arrives and its end is reported with its id.
 	for id := uint64(100); id < 104; id++ {
