@@ -1,0 +1,226 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"time"
+)
+
+// The case registry. A case measures one way of using the library; it is one
+// function, called in two processes (the server and the client, pinned to
+// different CPUs) that hold the two ends of one connection. The side that
+// measures returns a Sample, the other returns nil. Add a case by writing its
+// function and one register call in init, e.g. for the zero-copy message view:
+//
+//	register(Case{Name: "msgview-pingpong", Metric: Latency, Run: msgViewPingPong})
+//
+// where msgViewPingPong type-asserts s.Conn to *rdma.Conn and uses the new API.
+// The case then gets the perftest baselines of its metric (perftest.go) and the
+// metric's TCP baseline in the same run, table, JSON and chart.
+var registry []Case
+
+// A Case is one measurement of this library.
+type Case struct {
+	Name   string // e.g. "conn-pingpong"; -cases matches "metric/name"
+	Metric Metric
+	Run    func(s *Side) (*Sample, error)
+	// TCP: Run uses only net.Conn, so it also runs over TCP on 127.0.0.1; the
+	// first such case of a metric is that metric's TCP baseline.
+	TCP bool
+}
+
+func register(c Case) { registry = append(registry, c) }
+
+func init() {
+	register(Case{Name: "conn-pingpong", Metric: Latency, Run: pingPong, TCP: true})
+	register(Case{Name: "conn-stream", Metric: Bandwidth, Run: stream, TCP: true})
+	register(Case{Name: "conn-msgrate", Metric: Rate, Run: msgRate, TCP: true})
+}
+
+func caseByName(name string) (Case, bool) {
+	i := slices.IndexFunc(registry, func(c Case) bool { return c.Name == name })
+	if i < 0 {
+		return Case{}, false
+	}
+	return registry[i], true
+}
+
+// Side is what a case's function gets in each of the two processes.
+type Side struct {
+	Server bool
+	Conn   net.Conn // a *rdma.Conn, or a *net.TCPConn when the case runs as the TCP baseline
+	Size   int      // message size in bytes
+	Iters  int      // timed messages (round trips for latency), as perftest's -n
+	Warmup int      // untimed round trips before the timed ones (latency)
+}
+
+// Sample is one run's result, in the metric's unit.
+type Sample struct {
+	Value float64 `json:"value"`          // latency: median one-way µs; bandwidth: MB/s (10^6 B); rate: 10^6 msg/s
+	P99   float64 `json:"p99,omitempty"`  // latency: 99th percentile, one-way µs
+	P999  float64 `json:"p999,omitempty"` // latency: 99.9th percentile, one-way µs
+	Avg   float64 `json:"avg,omitempty"`  // latency: mean, one-way µs
+	// Check is perftest's bandwidth recomputed as MsgRate[Mpps] x size, in MB/s:
+	// it verifies the MiB -> MB conversion of "BW average[MB/sec]".
+	Check float64 `json:"check,omitempty"`
+}
+
+// pingPong: the client writes Size bytes and reads the echo with io.ReadFull,
+// Iters times after Warmup untimed round trips; the server echoes. Latency is
+// one-way, half the round trip, as perftest reports it.
+func pingPong(s *Side) (*Sample, error) {
+	buf := make([]byte, s.Size)
+	if s.Server {
+		for {
+			if _, err := io.ReadFull(s.Conn, buf); err != nil {
+				if err == io.EOF {
+					return nil, nil
+				}
+				return nil, fmt.Errorf("echo read: %w", err)
+			}
+			if _, err := s.Conn.Write(buf); err != nil {
+				return nil, fmt.Errorf("echo write: %w", err)
+			}
+		}
+	}
+	msg := pattern(s.Size)
+	rtts := make([]time.Duration, 0, s.Iters)
+	for i := 0; i < s.Warmup+s.Iters; i++ {
+		start := time.Now()
+		if _, err := s.Conn.Write(msg); err != nil {
+			return nil, fmt.Errorf("write: %w", err)
+		}
+		if _, err := io.ReadFull(s.Conn, buf); err != nil {
+			return nil, fmt.Errorf("read echo: %w", err)
+		}
+		if i >= s.Warmup {
+			rtts = append(rtts, time.Since(start))
+		}
+	}
+	return latencySample(rtts), nil
+}
+
+// latencySample turns round-trip times into one-way (halved) statistics in µs.
+// The median is perftest's t_typical; percentiles are nearest-rank.
+func latencySample(rtts []time.Duration) *Sample {
+	us := make([]float64, len(rtts))
+	sum := 0.0
+	for i, d := range rtts {
+		us[i] = float64(d) / 2 / float64(time.Microsecond)
+		sum += us[i]
+	}
+	slices.Sort(us)
+	return &Sample{Value: median(us), P99: percentile(us, 0.99), P999: percentile(us, 0.999), Avg: sum / float64(len(us))}
+}
+
+// stream: the client writes Iters messages of Size bytes with Conn.Write; the
+// server reads them all. Bandwidth is measured on the receiver.
+func stream(s *Side) (*Sample, error) {
+	if s.Server {
+		bytes, el, err := receive(s.Conn, int64(s.Size)*int64(s.Iters), max(s.Size, 64<<10))
+		if err != nil {
+			return nil, err
+		}
+		return &Sample{Value: float64(bytes) / el.Seconds() / 1e6}, nil
+	}
+	return nil, send(s.Conn, s.Size, s.Iters)
+}
+
+// msgRate: the client writes Iters messages of Size (64) bytes, each its own
+// Conn.Write, as fast as the connection takes them (many in flight: a Write
+// returns once the message is posted); the server counts messages per second.
+func msgRate(s *Side) (*Sample, error) {
+	if s.Server {
+		bytes, el, err := receive(s.Conn, int64(s.Size)*int64(s.Iters), 64<<10)
+		if err != nil {
+			return nil, err
+		}
+		return &Sample{Value: float64(bytes) / float64(s.Size) / el.Seconds() / 1e6}, nil
+	}
+	return nil, send(s.Conn, s.Size, s.Iters)
+}
+
+// send writes n messages of size bytes, then waits for the receiver's
+// one-byte acknowledgement so that closing cannot cut the measurement short.
+func send(c net.Conn, size, n int) error {
+	msg := pattern(size)
+	for i := 0; i < n; i++ {
+		if _, err := c.Write(msg); err != nil {
+			return fmt.Errorf("write %d of %d: %w", i, n, err)
+		}
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return fmt.Errorf("read acknowledgement: %w", err)
+	}
+	return nil
+}
+
+// receive reads total bytes. The clock starts when the first read returns
+// (the connection is set up and data flows), so the bytes of that first read
+// are not counted: it returns the bytes read after it and the time they took.
+func receive(c net.Conn, total int64, bufSize int) (int64, time.Duration, error) {
+	buf := make([]byte, bufSize)
+	n, err := c.Read(buf)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read: %w", err)
+	}
+	start := time.Now()
+	got, counted := int64(n), int64(0)
+	for got < total {
+		n, err := c.Read(buf)
+		got += int64(n)
+		counted += int64(n)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, 0, fmt.Errorf("read after %d of %d bytes: %w", got, total, err)
+		}
+	}
+	el := time.Since(start)
+	if got != total {
+		return 0, 0, fmt.Errorf("received %d bytes, want %d", got, total)
+	}
+	if counted == 0 || el <= 0 {
+		return 0, 0, fmt.Errorf("all %d bytes arrived in the first read: too few to time (raise the iterations)", total)
+	}
+	if _, err := c.Write([]byte{1}); err != nil {
+		return 0, 0, fmt.Errorf("write acknowledgement: %w", err)
+	}
+	return counted, el, nil
+}
+
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + 1)
+	}
+	return b
+}
+
+// median of sorted values (the mean of the middle two for an even count).
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// percentile of sorted values, nearest rank.
+func percentile(sorted []float64, p float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	i := int(math.Ceil(float64(n)*p)) - 1
+	return sorted[min(max(i, 0), n-1)]
+}

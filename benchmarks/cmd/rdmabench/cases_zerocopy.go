@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gordma/rdma"
+	"github.com/gordma/rdma/buffer"
+)
+
+// Cases of the zero-copy message view and of one-sided RDMA writes.
+func init() {
+	register(Case{Name: "msg-pingpong", Metric: Latency, Run: msgPingPong})
+	register(Case{Name: "write-pingpong", Metric: Latency, Run: writePingPong})
+	register(Case{Name: "msg-stream", Metric: Bandwidth, Run: msgStream})
+	register(Case{Name: "write-stream", Metric: Bandwidth, Run: writeStream})
+	register(Case{Name: "msg-msgrate", Metric: Rate, Run: msgRateZeroCopy})
+}
+
+func rdmaConn(s *Side) (*rdma.Conn, error) {
+	c, ok := s.Conn.(*rdma.Conn)
+	if !ok {
+		return nil, errors.New("case needs an RDMA connection")
+	}
+	return c, nil
+}
+
+// msgPingPong: Send a registered buffer, receive the echo as a Buf from
+// Messages(); the server sends the very buffer it received back (no copy).
+func msgPingPong(s *Side) (*Sample, error) {
+	c, err := rdmaConn(s)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if s.Size > c.MaxMessageSize() {
+		return nil, fmt.Errorf("%d B exceeds the message size limit %d", s.Size, c.MaxMessageSize())
+	}
+	if s.Server {
+		for {
+			b, err := c.Recv(ctx)
+			if err != nil {
+				return nil, nil // the client closed
+			}
+			if err := c.Send(ctx, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rtts := make([]time.Duration, 0, s.Iters)
+	for i := 0; i < s.Warmup+s.Iters; i++ {
+		start := time.Now()
+		b, err := c.Alloc(s.Size)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Send(ctx, b); err != nil {
+			return nil, err
+		}
+		r, err := c.Recv(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.Release()
+		if i >= s.Warmup {
+			rtts = append(rtts, time.Since(start))
+		}
+	}
+	return latencySample(rtts), nil
+}
+
+// exchange trades export descriptors over the message view.
+func exchange(c *rdma.Conn, size int, access rdma.Access) (local buffer.Buf, exp *rdma.Export, remote rdma.RemoteBuf, err error) {
+	ctx := context.Background()
+	if local, err = c.Alloc(size); err != nil {
+		return
+	}
+	if exp, err = c.Export(local, access); err != nil {
+		return
+	}
+	d, err := c.Alloc(64)
+	if err != nil {
+		return
+	}
+	d.SetLen(len(exp.Remote().AppendTo(d.Bytes()[:0])))
+	if err = c.Send(ctx, d); err != nil {
+		return
+	}
+	m, err := c.Recv(ctx)
+	if err != nil {
+		return
+	}
+	remote, err = rdma.ParseRemoteBuf(m.Bytes())
+	m.Release()
+	return
+}
+
+// writePingPong: each side exports a buffer; the client RDMA-writes Size
+// bytes with an immediate into the server's, the server answers the same way
+// when notified (as ib_write_lat, whose reader polls memory instead).
+func writePingPong(s *Side) (*Sample, error) {
+	c, err := rdmaConn(s)
+	if err != nil {
+		return nil, err
+	}
+	local, exp, remote, err := exchange(c, max(s.Size, 64), rdma.RemoteWrite)
+	if err != nil {
+		return nil, err
+	}
+	defer local.Release()
+	defer exp.Close()
+	local.SetLen(s.Size)
+	ctx := context.Background()
+	if s.Server {
+		for n := range c.Notifications() {
+			n.Release()
+			if err := c.WriteRemoteImm(ctx, local, remote, 0, n.Imm); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	rtts := make([]time.Duration, 0, s.Iters)
+	for i := 0; i < s.Warmup+s.Iters; i++ {
+		start := time.Now()
+		if err := c.WriteRemoteImm(ctx, local, remote, 0, uint32(i)); err != nil {
+			return nil, err
+		}
+		n, ok := <-c.Notifications()
+		if !ok {
+			return nil, errors.New("connection ended")
+		}
+		n.Release()
+		if i >= s.Warmup {
+			rtts = append(rtts, time.Since(start))
+		}
+	}
+	return latencySample(rtts), nil
+}
+
+// msgStream: the client Sends Iters messages of Size bytes (split into
+// messages of at most MaxMessageSize when larger), zero-copy; the server
+// receives and releases them, measuring bytes (bandwidth) or messages (rate)
+// per second.
+func msgStream(s *Side) (*Sample, error) { return msgFlow(s, false) }
+
+// msgRateZeroCopy is msgStream counted in 10^6 messages per second.
+func msgRateZeroCopy(s *Side) (*Sample, error) { return msgFlow(s, true) }
+
+func msgFlow(s *Side, rate bool) (*Sample, error) {
+	c, err := rdmaConn(s)
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	chunk := min(s.Size, c.MaxMessageSize())
+	perMsg := (s.Size + chunk - 1) / chunk
+	total := s.Iters * perMsg
+	if s.Server {
+		var bytes, msgs int64
+		var start time.Time
+		for i := 0; i < total; i++ {
+			b, err := c.Recv(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				start = time.Now()
+			}
+			bytes += int64(b.Len())
+			msgs++
+			b.Release()
+		}
+		el := time.Since(start)
+		if rate {
+			return &Sample{Value: float64(msgs) / el.Seconds() / 1e6}, nil
+		}
+		return &Sample{Value: float64(bytes) / el.Seconds() / 1e6}, nil
+	}
+	for i := 0; i < s.Iters; i++ {
+		for left := s.Size; left > 0; left -= chunk {
+			b, err := c.Alloc(min(left, chunk))
+			if err != nil {
+				return nil, err
+			}
+			if err := c.Send(ctx, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	_, err = c.Recv(ctx) // wait for the server to finish (it closes)
+	_ = err
+	return nil, nil
+}
+
+// writeStream: the client keeps up to 16 RDMA writes of Size bytes in flight
+// into the server's exported buffer (PostWriteRemote, completions on
+// Completions()); bandwidth is bytes over the time until the last completes.
+func writeStream(s *Side) (*Sample, error) {
+	c, err := rdmaConn(s)
+	if err != nil {
+		return nil, err
+	}
+	local, exp, remote, err := exchange(c, max(s.Size, 64), rdma.RemoteWrite)
+	if err != nil {
+		return nil, err
+	}
+	defer local.Release()
+	defer exp.Close()
+	local.SetLen(s.Size)
+	if s.Server {
+		_, err := c.Recv(context.Background()) // the client closes when done
+		_ = err
+		return nil, nil
+	}
+	const depth = 16
+	start := time.Now()
+	inflight := 0
+	for i := 0; i < s.Iters; i++ {
+		if inflight == depth {
+			if oc := <-c.Completions(); oc.Err != nil {
+				return nil, oc.Err
+			}
+			inflight--
+		}
+		if err := c.PostWriteRemote(local, remote, 0, uint64(i)); err != nil {
+			return nil, err
+		}
+		inflight++
+	}
+	for ; inflight > 0; inflight-- {
+		if oc := <-c.Completions(); oc.Err != nil {
+			return nil, oc.Err
+		}
+	}
+	el := time.Since(start)
+	return &Sample{Value: float64(s.Size) * float64(s.Iters) / el.Seconds() / 1e6}, nil
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gordma/rdma"
+)
+
+// The harness re-executes itself for each side of our cases and of the TCP
+// baseline: "-serve" listens, prints "ready ADDR", accepts one connection and
+// runs the case's server side; "-client ADDR" dials and runs the client side.
+// The side that measures prints "result {json Sample}". Both are pinned by the
+// parent (taskset), the same way as perftest's server and client.
+
+// childArgs are the flags a child needs, besides -serve / -client.
+type childArgs struct {
+	caseName string
+	network  string // "rdma" or "tcp"
+	size     int
+	iters    int
+	warmup   int
+}
+
+func (a childArgs) flags(h *harness) []string {
+	return []string{"-case", a.caseName, "-net", a.network, "-size", fmt.Sprint(a.size),
+		"-iters", fmt.Sprint(a.iters), "-warmup", fmt.Sprint(a.warmup),
+		"-addr", h.addr, "-depth", fmt.Sprint(h.depth), "-spin", h.spin.String()}
+}
+
+// rdmaConfig is the library configuration of ours, the same in both children:
+// depth receive buffers (the peer's credits, i.e. messages in flight) and
+// depth send buffers, as perftest's -t / -r.
+func rdmaConfig(depth int, spin time.Duration) rdma.Config {
+	return rdma.Config{RecvBuffers: depth, SendBuffers: depth, PollSpin: spin}
+}
+
+func runChild(serve bool, connect string, a childArgs, addr string, depth int, spin time.Duration) error {
+	c, ok := caseByName(a.caseName)
+	if !ok {
+		return fmt.Errorf("unknown case %q", a.caseName)
+	}
+	if a.network == "tcp" && !c.TCP {
+		return fmt.Errorf("case %s does not run over TCP", c.Name)
+	}
+	cfg := rdmaConfig(depth, spin)
+	ctx := context.Background()
+	var conn net.Conn
+	if serve {
+		var ln net.Listener
+		var err error
+		if a.network == "tcp" {
+			ln, err = net.Listen("tcp", "127.0.0.1:0")
+		} else {
+			ln, err = (&rdma.ListenConfig{Config: cfg}).Listen(ctx, "rdma", net.JoinHostPort(addr, "0"))
+		}
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		fmt.Printf("ready %s\n", ln.Addr())
+		conn, err = ln.Accept()
+		ln.Close()
+		if err != nil {
+			return fmt.Errorf("accept: %w", err)
+		}
+	} else {
+		var err error
+		if a.network == "tcp" {
+			conn, err = net.Dial("tcp", connect)
+		} else {
+			d := rdma.Dialer{Config: cfg}
+			conn, err = d.DialContext(ctx, "rdma", connect)
+		}
+		if err != nil {
+			return fmt.Errorf("dial %s: %w", connect, err)
+		}
+	}
+	s, err := c.Run(&Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup})
+	if cerr := conn.Close(); err == nil && cerr != nil && !serve {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	if err != nil {
+		return err
+	}
+	if s != nil {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("result %s\n", b)
+	}
+	return nil
+}
+
+// runOurs runs one case (over RDMA, or over TCP as the baseline) in two child
+// processes and returns the sample of the side that measured.
+func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
+	t0 := time.Now()
+	srv, err := startProc(ctx, h.timeout, h.serverCPU, append([]string{h.self, "-serve"}, a.flags(h)...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.kill()
+	addr, err := srv.waitFor("ready ", h.readyTimeout)
+	if err != nil {
+		return nil, childErr(fmt.Errorf("server: %v", err), srv)
+	}
+	h.vlogf(t0, "server ready on %s", addr)
+	cli, err := startProc(ctx, h.timeout, h.clientCPU, append([]string{h.self, "-client", addr}, a.flags(h)...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.kill()
+	cerr := cli.wait(h.timeout + 5*time.Second)
+	h.vlogf(t0, "client exited: %v", cerr)
+	grace := 30 * time.Second // for the server's Close after the client's
+	if cerr != nil {
+		grace = 2 * time.Second // the server has nothing more to do
+	}
+	serr := srv.wait(grace)
+	h.vlogf(t0, "server exited: %v", serr)
+	if cerr != nil || serr != nil {
+		return nil, childErr(fmt.Errorf("client: %v; server: %v", status(cli, cerr), status(srv, serr)), srv, cli)
+	}
+	for _, p := range []*proc{srv, cli} {
+		for _, l := range p.stdout.lines() {
+			if js, ok := strings.CutPrefix(l, "result "); ok {
+				var s Sample
+				if err := json.Unmarshal([]byte(js), &s); err != nil {
+					return nil, childErr(fmt.Errorf("bad result line %q: %v", l, err), p)
+				}
+				return &s, nil
+			}
+		}
+	}
+	return nil, childErr(fmt.Errorf("neither side reported a result"), srv, cli)
+}
+
+// status is a child's exit error with the last line it wrote to stderr.
+func status(p *proc, err error) string {
+	if err == nil {
+		return "ok"
+	}
+	l := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	if last := strings.TrimPrefix(l[len(l)-1], "rdmabench child: "); last != "" {
+		return fmt.Sprintf("%v (%s)", err, last)
+	}
+	return err.Error()
+}
+
+func fatalChild(err error) {
+	fmt.Fprintf(os.Stderr, "rdmabench child: %v\n", err)
+	os.Exit(1)
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Output of perftest 4.5 in the Soft-RoCE guest (tabs and spacing as printed).
+const sendLatOut = `---------------------------------------------------------------------------------------
+                    Send Latency Test
+ Dual-port       : OFF		Device         : rxe0
+ rdma_cm QPs	 : ON
+ Data ex. method : rdma_cm
+---------------------------------------------------------------------------------------
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 64      1000          13.58          89659.50      19.96    	       451.56      	1349.18		5865.76 		89659.50
+---------------------------------------------------------------------------------------
+`
+
+const sendBWOut = `---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      1000             17.72              15.10  		   0.000242
+---------------------------------------------------------------------------------------
+`
+
+func TestParsePerftestLatency(t *testing.T) {
+	s, err := parsePerftest(sendLatOut, Latency, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Sample{Value: 19.96, Avg: 451.56, P99: 5865.76, P999: 89659.50}
+	if *s != want {
+		t.Fatalf("got %+v, want %+v", *s, want)
+	}
+}
+
+func TestParsePerftestBandwidth(t *testing.T) {
+	s, err := parsePerftest(sendBWOut, Bandwidth, 65536)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 15.10 MiB/s = 15.10 * 1.048576 MB/s; MsgRate x size = 0.000242 * 65536.
+	if math.Abs(s.Value-15.8335) > 0.001 || math.Abs(s.Check-15.8597) > 0.001 {
+		t.Fatalf("got %+v", *s)
+	}
+	if v := checkVerdict(s, 65536); !strings.Contains(v, "agrees") {
+		t.Fatalf("check: %s", v)
+	}
+	r, err := parsePerftest(sendBWOut, Rate, 65536)
+	if err != nil || r.Value != 0.000242 {
+		t.Fatalf("rate: %+v, %v", r, err)
+	}
+}
+
+func TestParsePerftestFailures(t *testing.T) {
+	zero := strings.Replace(sendBWOut, "15.10  		   0.000242", "0.00  		   0.000000", 1)
+	for name, tc := range map[string]struct {
+		out  string
+		size int
+	}{
+		"zero":     {zero, 65536},
+		"no table": {"Unexpected CM event bl blka 8\n Unable to perform rdma_client function\n", 65536},
+		"no row":   {sendBWOut, 64},
+	} {
+		if s, err := parsePerftest(tc.out, Bandwidth, tc.size); err == nil {
+			t.Errorf("%s: no error, got %+v", name, s)
+		}
+	}
+}
+
+func TestHeaderColumns(t *testing.T) {
+	got := headerColumns(strings.Fields("#bytes #iterations    t_min[usec]  99% percentile[usec]   99.9% percentile[usec]"))
+	want := []string{"#bytes", "#iterations", "t_min[usec]", "99% percentile[usec]", "99.9% percentile[usec]"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestStatistics(t *testing.T) {
+	rtts := make([]time.Duration, 1000)
+	for i := range rtts {
+		rtts[i] = time.Duration(2*(i+1)) * time.Microsecond // one-way 1..1000 µs
+	}
+	s := latencySample(rtts)
+	if s.Value != 500.5 || s.P99 != 990 || s.P999 != 999 || s.Avg != 500.5 {
+		t.Fatalf("got %+v", *s)
+	}
+}
+
+func TestPerftestArgs(t *testing.T) {
+	got := strings.Join(perftestTool{"ib_send_bw", Bandwidth}.args(4096, 100, 128), " ")
+	if got != "ib_send_bw -R -s 4096 -n 100 -t 128 -r 128" {
+		t.Fatal(got)
+	}
+	got = strings.Join(perftestTool{"ib_write_lat", Latency}.args(8, 1000, 128), " ")
+	if got != "ib_write_lat -R -s 8 -n 1000" {
+		t.Fatal(got)
+	}
+}
+
+// fakeReport is a report as a run with every cell filled would produce.
+func fakeReport(t *testing.T) *report {
+	h := &harness{addr: "169.254.77.1", depth: 128, reps: 2, serverCPU: 0, clientCPU: 1, work: defaultWorkload(false), log: io.Discard}
+	plan := h.plan(regexp.MustCompile(""), regexp.MustCompile(""))
+	cells := map[cellKey]*cell{}
+	for _, mp := range plan {
+		for _, size := range mp.Sizes {
+			for i, r := range mp.runners() {
+				v := float64(size) * float64(i+1)
+				if mp.Metric == Rate {
+					v = 0.01 * float64(i+1)
+				}
+				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{{Value: v, P99: 2 * v, P999: 3 * v, Check: v}, {Value: v * 1.1}}}
+			}
+		}
+	}
+	// One baseline that always failed.
+	cells[cellKey{Bandwidth, 1 << 20, "ib_write_bw -R"}] = &cell{Errs: []string{"ib_write_bw: perftest reported 0"}}
+	return h.report(plan, cells, 3*time.Minute)
+}
+
+func TestReportJSON(t *testing.T) {
+	r := fakeReport(t)
+	path := filepath.Join(t.TempDir(), "out", "bench.json")
+	if err := r.writeJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	// One object per case, size and baseline (conn-* alone: latency 3 sizes
+	// x 3 baselines, bandwidth 3 x 3, rate 1 x 2 = 20).
+	want, bwCases := 0, 0
+	for _, mp := range r.plan {
+		want += len(mp.Ours) * len(mp.Sizes) * len(mp.Baselns)
+		if mp.Metric == Bandwidth {
+			bwCases = len(mp.Ours)
+		}
+	}
+	if len(got) != want || want < 20 {
+		t.Fatalf("%d objects, want %d (at least 20)", len(got), want)
+	}
+	failed := 0
+	for _, o := range got {
+		for _, k := range []string{"case", "metric", "size", "ours", "baseline", "baseline_value", "ratio"} {
+			if _, ok := o[k]; !ok {
+				t.Fatalf("object without %q: %v", k, o)
+			}
+		}
+		if o["baseline_value"] == nil {
+			failed++
+			if o["ratio"] != nil || !strings.Contains(o["error"].(string), "reported 0") {
+				t.Fatalf("failed baseline: %v", o)
+			}
+			continue
+		}
+		if want := o["ours"].(float64) / o["baseline_value"].(float64); math.Abs(o["ratio"].(float64)-want) > 1e-9 {
+			t.Fatalf("ratio %v, want %v", o["ratio"], want)
+		}
+	}
+	if failed != bwCases {
+		t.Fatalf("%d failed objects, want %d (the 1 MiB ib_write_bw baseline of each bandwidth case)", failed, bwCases)
+	}
+}
+
+func TestReportSVGAndTable(t *testing.T) {
+	r := fakeReport(t)
+	svg := r.svg()
+	d := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+	}
+	for _, want := range []string{"log scale", "one-way latency (µs)", "bandwidth (MB/s, 10^6 B)", "message rate", "ib_send_lat -R", "tcp", "failed"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	var b strings.Builder
+	r.printTable(&b)
+	for _, want := range []string{"ours/ib_send_lat", "FAILED", "1.048576"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -1,0 +1,457 @@
+// Command rdmabench measures this library side by side with perftest and with
+// TCP on loopback, in one run, on one RDMA device and address:
+//
+//   - latency (ping-pong, 8 B, 64 B, 4 KiB): our Conn, ib_send_lat -R,
+//     ib_write_lat -R and TCP; one-way (half the round trip), median, p99, p99.9 µs;
+//   - bandwidth (4 KiB, 64 KiB, 1 MiB messages): our Conn.Write stream,
+//     ib_send_bw -R, ib_write_bw -R and TCP; MB/s with MB = 10^6 bytes;
+//   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP.
+//
+// Each case runs -reps times, interleaved with its baselines, and the median
+// of the repetitions is reported with the ratios ours/perftest and ours/TCP.
+// Server and client are separate processes (this program re-executes itself
+// for ours and for TCP), pinned with taskset the same way for every
+// implementation: the server to CPU 0, the client to CPU 1.
+//
+//	rdmabench [-quick] [-reps 3] [-cases REGEXP] [-json PATH] [-svg PATH] [-addr IP]
+//
+// Progress goes to stderr, the table to stdout; -json writes one object per
+// case, size and baseline, and -svg (default: beside the JSON) a chart.
+// See benchmarks/README.md for what the numbers mean.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// hidden flags are those of the child processes; the usage omits them.
+var hidden = map[string]bool{"serve": true, "client": true, "case": true, "net": true, "size": true, "iters": true, "warmup": true}
+
+func main() {
+	var (
+		addr      = flag.String("addr", os.Getenv("RDMA_TEST_ADDR"), "IPv4 `address` of the RDMA netdev (default $RDMA_TEST_ADDR)")
+		quick     = flag.Bool("quick", false, "one size per metric, fewer iterations and 2 reps (for make demo)")
+		jsonPath  = flag.String("json", "", "write the results as JSON to `path`")
+		svgPath   = flag.String("svg", "", "write the chart to `path` (default: the JSON path with .svg)")
+		casesRe   = flag.String("cases", "", "run only our cases whose \"metric/name\" matches `regexp` (e.g. latency, conn-stream)")
+		baseRe    = flag.String("baselines", "", "run only the baselines whose name matches `regexp` (ib_send_lat, ib_write_bw, tcp, ...)")
+		reps      = flag.Int("reps", 3, "repetitions of every case and baseline; the median is reported (-quick: 2 unless given)")
+		pin       = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
+		depth     = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
+		spin      = flag.Duration("spin", 0, "our Config.PollSpin (0: the library default; negative: event mode)")
+		timeout   = flag.Duration("timeout", 2*time.Minute, "kill any server or client process running longer than this")
+		latIters  = flag.Int("lat-iters", 0, "round trips per latency run (0: 1000, quick 300)")
+		bwBytes   = flag.Int64("bw-bytes", 0, "bytes per bandwidth run (0: 32 MiB, quick 8 MiB)")
+		rateMsgs  = flag.Int("rate-msgs", 0, "messages per message-rate run (0: 50000, quick 10000)")
+		serve     = flag.Bool("serve", false, "child: serve one connection of -case")
+		client    = flag.String("client", "", "child: connect to this address and run -case")
+		caseName  = flag.String("case", "", "child: the case")
+		network   = flag.String("net", "rdma", "child: rdma or tcp")
+		size      = flag.Int("size", 64, "child: message size")
+		iters     = flag.Int("iters", 1000, "child: iterations")
+		warmup    = flag.Int("warmup", 0, "child: warm-up round trips")
+		listCases = flag.Bool("list", false, "list our cases and the baselines, then exit")
+		verbose   = flag.Bool("v", false, "log the phases of every run (server ready, client done, ...)")
+	)
+	flag.Usage = usage
+	flag.Parse()
+	if flag.NArg() > 0 {
+		usage()
+		os.Exit(2)
+	}
+
+	if *serve || *client != "" {
+		a := childArgs{caseName: *caseName, network: *network, size: *size, iters: *iters, warmup: *warmup}
+		if err := runChild(*serve, *client, a, *addr, *depth, *spin); err != nil {
+			fatalChild(err)
+		}
+		return
+	}
+	if *listCases {
+		for _, c := range registry {
+			fmt.Printf("%s/%s\n", c.Metric.Short(), c.Name)
+		}
+		for _, t := range perftestTools {
+			fmt.Printf("baseline %s/%s\n", t.Metric.Short(), t.Label())
+		}
+		fmt.Println("baseline */tcp")
+		return
+	}
+
+	if *addr == "" {
+		fatalf("no RDMA address: give -addr, or run inside scripts/softroce run (it sets RDMA_TEST_ADDR)")
+	}
+	if *quick && !flagGiven("reps") {
+		*reps = 2 // keeps -quick under 2 minutes in the guest as cases are added
+	}
+	if *reps < 1 || *depth < 1 {
+		fatalf("-reps and -depth must be at least 1")
+	}
+	cre, err := regexp.Compile(*casesRe)
+	if err != nil {
+		fatalf("-cases: %v", err)
+	}
+	bre, err := regexp.Compile(*baseRe)
+	if err != nil {
+		fatalf("-baselines: %v", err)
+	}
+	w := defaultWorkload(*quick)
+	if *latIters > 0 {
+		w.LatIters = *latIters
+	}
+	if *bwBytes > 0 {
+		w.BWBytes = *bwBytes
+	}
+	if *rateMsgs > 0 {
+		w.RateMsgs = *rateMsgs
+	}
+	if *svgPath == "" && *jsonPath != "" {
+		*svgPath = strings.TrimSuffix(*jsonPath, ".json") + ".svg"
+	}
+
+	h := &harness{addr: *addr, depth: *depth, spin: *spin, timeout: *timeout,
+		readyTimeout: 90 * time.Second, serverCPU: -1, clientCPU: -1, stdbuf: lookStdbuf(),
+		nextPort: 20000 + os.Getpid()%1000*10, log: os.Stderr, verbose: *verbose, quick: *quick, reps: *reps, work: w}
+	if *pin {
+		if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
+			h.logf("not pinning: needs taskset and 2 CPUs (have %d)", runtime.NumCPU())
+		} else {
+			h.serverCPU, h.clientCPU = 0, 1
+		}
+	}
+	for _, tool := range []string{"ib_send_lat", "ib_write_lat", "ib_send_bw", "ib_write_bw"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			h.logf("warning: %s not found (install perftest); its baseline will fail", tool)
+		}
+	}
+
+	plan := h.plan(cre, bre)
+	if len(plan) == 0 {
+		fatalf("-cases %q selects no case (see -list)", *casesRe)
+	}
+	self, cleanup, err := privateCopy()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	h.self = self
+	code := h.main(plan, *jsonPath, *svgPath)
+	cleanup()
+	os.Exit(code)
+}
+
+// main runs the plan and writes the outputs; it returns the exit status.
+func (h *harness) main(plan []metricPlan, jsonPath, svgPath string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	res := h.run(ctx, plan)
+	wall := time.Since(start)
+	if ctx.Err() != nil {
+		h.logf("rdmabench: interrupted")
+		return 2
+	}
+	rep := h.report(plan, res, wall)
+	rep.printTable(os.Stdout)
+	code := 0
+	if jsonPath != "" {
+		if err := rep.writeJSON(jsonPath); err != nil {
+			h.logf("rdmabench: %v", err)
+			code = 2
+		} else {
+			h.logf("wrote %s", jsonPath)
+		}
+	}
+	if svgPath != "" {
+		if err := rep.writeSVG(svgPath); err != nil {
+			h.logf("rdmabench: %v", err)
+			code = 2
+		} else {
+			h.logf("wrote %s", svgPath)
+		}
+	}
+	if n := rep.failures(); n > 0 {
+		h.logf("%d runs failed (see above); their cells are marked FAILED", n)
+		code = max(code, 1)
+	}
+	return code
+}
+
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// privateCopy copies this executable into a temporary folder, for the child
+// processes: rebuilding .build/bin/rdmabench while a run is going (make demo
+// and make bench both build it) would otherwise make every later child fail
+// to start.
+func privateCopy() (path string, cleanup func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "rdmabench-")
+	if err != nil {
+		return self, func() {}, nil // no writable temp: run the original
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	src, err := os.Open(self)
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	defer src.Close()
+	path = filepath.Join(dir, "rdmabench")
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err == nil {
+		_, err = io.Copy(dst, src)
+		if cerr := dst.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("copying %s: %w", self, err)
+	}
+	return path, cleanup, nil
+}
+
+func usage() {
+	out := flag.CommandLine.Output()
+	fmt.Fprintf(out, "usage: rdmabench [flags]\n\n"+
+		"Measures this library's Conn against perftest (ib_send_lat/ib_write_lat/ib_send_bw/ib_write_bw -R)\n"+
+		"and TCP on 127.0.0.1: latency, bandwidth and message rate. Run it where an RDMA device exists,\n"+
+		"e.g. scripts/softroce run -- .build/bin/rdmabench -quick. Flags:\n\n")
+	flag.VisitAll(func(f *flag.Flag) {
+		if hidden[f.Name] {
+			return
+		}
+		name, u := flag.UnquoteUsage(f)
+		fmt.Fprintf(out, "  -%s\n    \t%s", strings.TrimSpace(f.Name+" "+name), u)
+		if f.Name != "addr" && f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(out, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(out)
+	})
+}
+
+func fatalf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "rdmabench: "+format+"\n", a...)
+	os.Exit(2)
+}
+
+// harness runs the plan: every child process and perftest goes through it.
+type harness struct {
+	addr                  string
+	self                  string // a private copy of this executable, re-executed for ours and TCP
+	depth                 int
+	spin                  time.Duration
+	timeout, readyTimeout time.Duration
+	serverCPU, clientCPU  int    // -1: not pinned
+	stdbuf                string // path of stdbuf, or ""
+	nextPort              int    // fallback port counter for perftest
+	usedPorts             map[int]bool
+	log                   io.Writer
+	verbose               bool
+	quick                 bool
+	reps                  int
+	work                  Workload
+}
+
+func (h *harness) logf(format string, a ...any) {
+	fmt.Fprintf(h.log, format+"\n", a...)
+}
+
+// vlogf logs with -v: the phases of a run, with the time since it started.
+func (h *harness) vlogf(t0 time.Time, format string, a ...any) {
+	if h.verbose {
+		fmt.Fprintf(h.log, "    %6.2fs "+format+"\n", append([]any{time.Since(t0).Seconds()}, a...)...)
+	}
+}
+
+// A runner is one column of a metric: one of our cases, a perftest tool, or TCP.
+type runner struct {
+	Label  string // column name
+	Kind   string // "ours", "perftest" or "tcp"
+	Metric Metric
+	Case   *Case         // ours and tcp: the case run
+	Tool   *perftestTool // perftest
+}
+
+// Cmd describes what ran, for the JSON.
+func (r runner) Cmd(h *harness, size int) string {
+	iters := h.work.Iters(r.Metric, size)
+	switch r.Kind {
+	case "perftest":
+		return strings.Join(r.Tool.args(size, iters, h.depth), " ")
+	case "tcp":
+		return fmt.Sprintf("%s over TCP 127.0.0.1, size %d, iterations %d", r.Case.Name, size, iters)
+	}
+	return fmt.Sprintf("%s over RDMA, size %d, iterations %d, depth %d", r.Case.Name, size, iters, h.depth)
+}
+
+// metricPlan is what runs for one metric.
+type metricPlan struct {
+	Metric  Metric
+	Sizes   []int
+	Ours    []runner
+	Baselns []runner
+}
+
+func (p metricPlan) runners() []runner { return append(slices.Clone(p.Ours), p.Baselns...) }
+
+func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
+	var out []metricPlan
+	for _, m := range metrics {
+		mp := metricPlan{Metric: m, Sizes: m.Sizes(h.quick)}
+		var tcpCase *Case
+		for i := range registry {
+			c := &registry[i]
+			if c.Metric != m {
+				continue
+			}
+			if c.TCP && tcpCase == nil {
+				tcpCase = c
+			}
+			if cases.MatchString(m.Short() + "/" + c.Name) {
+				mp.Ours = append(mp.Ours, runner{Label: c.Name, Kind: "ours", Metric: m, Case: c})
+			}
+		}
+		if len(mp.Ours) == 0 {
+			continue
+		}
+		for i := range perftestTools {
+			t := &perftestTools[i]
+			if t.Metric == m && baselines.MatchString(t.Label()) {
+				mp.Baselns = append(mp.Baselns, runner{Label: t.Label(), Kind: "perftest", Metric: m, Tool: t})
+			}
+		}
+		if tcpCase != nil && baselines.MatchString("tcp") {
+			mp.Baselns = append(mp.Baselns, runner{Label: "tcp", Kind: "tcp", Metric: m, Case: tcpCase})
+		}
+		out = append(out, mp)
+	}
+	return out
+}
+
+// cellKey identifies the samples of one runner at one size.
+type cellKey struct {
+	Metric Metric
+	Size   int
+	Label  string
+}
+
+type cell struct {
+	Samples []*Sample
+	Errs    []string
+}
+
+func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell {
+	total := 0
+	for _, mp := range plan {
+		total += len(mp.Sizes) * h.reps * len(mp.runners())
+	}
+	pin := "not pinned"
+	if h.serverCPU >= 0 {
+		pin = fmt.Sprintf("servers on CPU %d, clients on CPU %d", h.serverCPU, h.clientCPU)
+	}
+	h.logf("rdmabench: %d runs on %s (%s), %d reps, depth %d, %s", total, h.addr, deviceName(), h.reps, h.depth, pin)
+	res := map[cellKey]*cell{}
+	n := 0
+	for _, mp := range plan {
+		for _, size := range mp.Sizes {
+			for rep := 1; rep <= h.reps; rep++ {
+				// The runners take turns within a repetition, so that drift
+				// in the machine's load spreads over all of them.
+				for _, r := range mp.runners() {
+					if ctx.Err() != nil {
+						return res
+					}
+					n++
+					k := cellKey{mp.Metric, size, r.Label}
+					if res[k] == nil {
+						res[k] = &cell{}
+					}
+					t0 := time.Now()
+					s, err := h.runOne(ctx, r, size)
+					el := time.Since(t0)
+					prefix := fmt.Sprintf("[%*d/%d] %-9s %-7s rep %d/%d  %-17s", len(fmt.Sprint(total)), n, total,
+						mp.Metric.Short(), sizeString(size), rep, h.reps, r.Label)
+					if err != nil {
+						res[k].Errs = append(res[k].Errs, firstLine(err.Error()))
+						h.logf("%s FAILED (%.1f s): %v", prefix, el.Seconds(), err)
+						continue
+					}
+					res[k].Samples = append(res[k].Samples, s)
+					h.logf("%s %s  (%.1f s)", prefix, describeSample(mp.Metric, s, size), el.Seconds())
+				}
+			}
+		}
+	}
+	return res
+}
+
+func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, error) {
+	iters := h.work.Iters(r.Metric, size)
+	switch r.Kind {
+	case "perftest":
+		return h.runPerftest(ctx, *r.Tool, size, iters)
+	case "tcp":
+		return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "tcp", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)})
+	}
+	return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "rdma", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)})
+}
+
+func describeSample(m Metric, s *Sample, size int) string {
+	switch m {
+	case Latency:
+		return fmt.Sprintf("%9.2f µs  (p99 %.2f, p99.9 %.2f)", s.Value, s.P99, s.P999)
+	case Bandwidth:
+		d := fmt.Sprintf("%9.2f MB/s", s.Value)
+		if s.Check > 0 {
+			d += fmt.Sprintf("  (check: MsgRate x size = %.2f MB/s%s)", s.Check, checkVerdict(s, size))
+		}
+		return d
+	}
+	return fmt.Sprintf("%9.4f Mmsg/s", s.Value)
+}
+
+// checkVerdict compares perftest's converted bandwidth with MsgRate x size.
+// MsgRate is printed with 6 decimals, BW with 2: the tolerance allows for that
+// rounding plus 1%.
+func checkVerdict(s *Sample, size int) string {
+	rate := s.Check / float64(size)
+	tol := 0.01 + 0.5e-6/rate + 0.005*mibToMB/s.Value
+	if d := s.Check/s.Value - 1; d > tol || d < -tol {
+		return fmt.Sprintf(", MISMATCH %.1f%%", d*100)
+	}
+	return ", agrees"
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func deviceName() string {
+	if d := os.Getenv("RDMA_TEST_DEVICE"); d != "" {
+		return d
+	}
+	return "device chosen by address"
+}

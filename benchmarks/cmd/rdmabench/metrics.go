@@ -1,0 +1,112 @@
+package main
+
+import "fmt"
+
+// Metric names a measured quantity and its unit; the strings are the JSON
+// "metric" values.
+type Metric string
+
+const (
+	Latency   Metric = "latency_us"     // one-way (half the round trip), µs
+	Bandwidth Metric = "bandwidth_MBps" // MB/s, MB = 10^6 bytes
+	Rate      Metric = "rate_Mmps"      // millions of messages per second
+)
+
+// metrics lists the metrics in the order they run and are reported.
+var metrics = []Metric{Latency, Bandwidth, Rate}
+
+// Short is the metric's name for -cases ("latency", "bandwidth", "rate").
+func (m Metric) Short() string {
+	switch m {
+	case Latency:
+		return "latency"
+	case Bandwidth:
+		return "bandwidth"
+	}
+	return "rate"
+}
+
+// Unit is the unit for tables and axes.
+func (m Metric) Unit() string {
+	switch m {
+	case Latency:
+		return "µs"
+	case Bandwidth:
+		return "MB/s"
+	}
+	return "Mmsg/s"
+}
+
+// Title describes the metric in the table and the chart.
+func (m Metric) Title() string {
+	switch m {
+	case Latency:
+		return "Latency, one-way (round trip / 2), ping-pong"
+	case Bandwidth:
+		return "Bandwidth, one direction, MB = 10^6 bytes"
+	}
+	return "Message rate, 64 B messages, one direction"
+}
+
+// LowerIsBetter is true for latency.
+func (m Metric) LowerIsBetter() bool { return m == Latency }
+
+// Sizes are the message sizes a metric runs with.
+func (m Metric) Sizes(quick bool) []int {
+	switch {
+	case m == Latency && quick:
+		return []int{64}
+	case m == Latency:
+		return []int{8, 64, 4 << 10}
+	case m == Bandwidth && quick:
+		return []int{64 << 10}
+	case m == Bandwidth:
+		return []int{4 << 10, 64 << 10, 1 << 20}
+	}
+	return []int{64}
+}
+
+// Workload sizes the runs. Every implementation (ours, perftest, TCP) of a
+// metric and size gets the same iterations (perftest's -n).
+type Workload struct {
+	LatIters int   // round trips per latency run
+	BWBytes  int64 // bytes per bandwidth run (iterations = BWBytes / size)
+	RateMsgs int   // messages per message-rate run
+}
+
+func defaultWorkload(quick bool) Workload {
+	if quick {
+		return Workload{LatIters: 300, BWBytes: 8 << 20, RateMsgs: 10000}
+	}
+	return Workload{LatIters: 1000, BWBytes: 32 << 20, RateMsgs: 50000}
+}
+
+// Iters is the number of messages (round trips for latency) for one run.
+func (w Workload) Iters(m Metric, size int) int {
+	switch m {
+	case Latency:
+		return w.LatIters
+	case Bandwidth:
+		return max(int(w.BWBytes/int64(size)), 8) // perftest needs at least 5
+	}
+	return w.RateMsgs
+}
+
+// Warmup is the untimed round trips before a latency run of ours and TCP
+// (perftest does its own).
+func (w Workload) Warmup(m Metric) int {
+	if m == Latency {
+		return max(w.LatIters/10, 10)
+	}
+	return 0
+}
+
+func sizeString(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

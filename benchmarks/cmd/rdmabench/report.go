@@ -1,0 +1,318 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report holds the aggregated results: per metric, size and runner, the
+// median over the repetitions.
+type report struct {
+	h     *harness
+	plan  []metricPlan
+	cells map[cellKey]*cell
+	agg   map[cellKey]*aggregate
+	wall  time.Duration
+	when  time.Time
+}
+
+// aggregate is the median over the repetitions of each statistic.
+type aggregate struct {
+	Value, P99, P999, Avg, Check float64
+	Reps                         []float64 // each repetition's value
+	Errs                         []string
+}
+
+func (h *harness) report(plan []metricPlan, cells map[cellKey]*cell, wall time.Duration) *report {
+	r := &report{h: h, plan: plan, cells: cells, agg: map[cellKey]*aggregate{}, wall: wall, when: time.Now()}
+	for k, c := range cells {
+		a := &aggregate{Errs: c.Errs}
+		if len(c.Samples) > 0 {
+			field := func(f func(*Sample) float64) float64 {
+				v := make([]float64, len(c.Samples))
+				for i, s := range c.Samples {
+					v[i] = f(s)
+				}
+				slices.Sort(v)
+				return median(v)
+			}
+			a.Value = field(func(s *Sample) float64 { return s.Value })
+			a.P99 = field(func(s *Sample) float64 { return s.P99 })
+			a.P999 = field(func(s *Sample) float64 { return s.P999 })
+			a.Avg = field(func(s *Sample) float64 { return s.Avg })
+			a.Check = field(func(s *Sample) float64 { return s.Check })
+			for _, s := range c.Samples {
+				a.Reps = append(a.Reps, s.Value)
+			}
+		}
+		r.agg[k] = a
+	}
+	return r
+}
+
+// get is the aggregate of a runner at a size, nil if it never succeeded.
+func (r *report) get(m Metric, size int, label string) *aggregate {
+	a := r.agg[cellKey{m, size, label}]
+	if a == nil || len(a.Reps) == 0 {
+		return nil
+	}
+	return a
+}
+
+func (r *report) failures() int {
+	n := 0
+	for _, c := range r.cells {
+		n += len(c.Errs)
+	}
+	return n
+}
+
+// context is one line on how the figures were taken.
+func (r *report) context() string {
+	pin := "not pinned"
+	if r.h.serverCPU >= 0 {
+		pin = fmt.Sprintf("servers pinned to CPU %d, clients to CPU %d", r.h.serverCPU, r.h.clientCPU)
+	}
+	spin := "library default PollSpin"
+	if r.h.spin != 0 {
+		spin = "PollSpin " + r.h.spin.String()
+	}
+	return fmt.Sprintf("%s on %s, %d CPUs, %s; median of %d reps; depth %d; ours: %s",
+		deviceName(), r.h.addr, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin)
+}
+
+func fmtVal(m Metric, v float64) string {
+	switch {
+	case m == Rate:
+		return fmt.Sprintf("%.4f", v)
+	case v >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 100:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fmtRatio(v float64) string {
+	if v >= 100 {
+		return fmt.Sprintf("%.0fx", v)
+	}
+	if v >= 10 {
+		return fmt.Sprintf("%.1fx", v)
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// cellText is a table cell: the median, for latency with [p99 p99.9].
+func cellText(m Metric, a *aggregate) string {
+	if a == nil {
+		return "FAILED"
+	}
+	s := fmtVal(m, a.Value)
+	if a.unstable() {
+		s += "!"
+	}
+	if m == Latency {
+		s += fmt.Sprintf(" [%s %s]", fmtVal(m, a.P99), fmtVal(m, a.P999))
+	}
+	if len(a.Errs) > 0 {
+		s += fmt.Sprintf(" (%d failed)", len(a.Errs))
+	}
+	return s
+}
+
+func (r *report) printTable(w io.Writer) {
+	fmt.Fprintf(w, "\nrdmabench: %s\n", r.context())
+	for _, mp := range r.plan {
+		m := mp.Metric
+		fmt.Fprintf(w, "\n%s, %s", m.Title(), m.Unit())
+		if m == Latency {
+			fmt.Fprintf(w, ": median [p99 p99.9]")
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		hdr := []string{"size", "case", "ours"}
+		for _, b := range mp.Baselns {
+			hdr = append(hdr, b.Label)
+		}
+		for _, b := range mp.Baselns {
+			hdr = append(hdr, "ours/"+strings.TrimSuffix(b.Label, " -R"))
+		}
+		fmt.Fprintln(tw, strings.Join(hdr, "\t"))
+		for _, size := range mp.Sizes {
+			for _, o := range mp.Ours {
+				oa := r.get(m, size, o.Label)
+				row := []string{sizeString(size), o.Label, cellText(m, oa)}
+				for _, b := range mp.Baselns {
+					row = append(row, cellText(m, r.get(m, size, b.Label)))
+				}
+				for _, b := range mp.Baselns {
+					ba := r.get(m, size, b.Label)
+					if oa == nil || ba == nil {
+						row = append(row, "-")
+					} else {
+						row = append(row, fmtRatio(oa.Value/ba.Value))
+					}
+				}
+				fmt.Fprintln(tw, strings.Join(row, "\t"))
+			}
+		}
+		tw.Flush()
+	}
+	for _, n := range r.warnings() {
+		fmt.Fprintf(w, "\nWARNING: %s\n", n)
+	}
+	fmt.Fprintf(w, "\n%s\n", legend)
+	fmt.Fprintf(w, "wall time %s\n", r.wall.Round(time.Second))
+}
+
+// unstableSpread is the ratio of the largest to the smallest repetition above
+// which a cell is marked unstable. On a quiet machine the repetitions of a
+// case stay within about 1.3x of each other; a busy host (other guests) makes
+// some runs wait for scheduler ticks and breaks that.
+const unstableSpread = 1.5
+
+func (a *aggregate) unstable() bool {
+	if len(a.Reps) < 2 {
+		return false
+	}
+	lo, hi := slices.Min(a.Reps), slices.Max(a.Reps)
+	return lo > 0 && hi/lo > unstableSpread
+}
+
+// warnings flag figures that say more about the machine than about RDMA.
+func (r *report) warnings() []string {
+	var out []string
+	n := 0
+	for _, a := range r.agg {
+		if a.unstable() {
+			n++
+		}
+	}
+	if n > 0 {
+		out = append(out, fmt.Sprintf("%d cells marked ! have repetitions more than %.1fx apart (max/min): "+
+			"the machine was busy during some of them; their medians are less reliable. More -reps, or a quieter machine, help.", n, unstableSpread))
+	}
+	for k, a := range r.agg {
+		if k.Metric == Latency && strings.HasPrefix(k.Label, "ib_") && len(a.Reps) > 0 && a.Value > 1000 {
+			out = append(out, fmt.Sprintf("%s's median latency at %s is %.0f µs (it is ~20 µs on a quiet machine): "+
+				"the host was busy (other guests?) and wake-ups waited for scheduler ticks (4 ms); "+
+				"these figures do not compare implementations. Rerun on a quiet machine.", k.Label, sizeString(k.Size), a.Value))
+			break
+		}
+	}
+	return out
+}
+
+const legend = `Legend: latency is one-way (round trip / 2) in µs, as perftest reports it; t_typical is perftest's median.
+Bandwidth is MB/s with MB = 10^6 bytes: perftest's "BW average[MB/sec]" counts 2^20 bytes per MB and is
+multiplied by 1.048576 (checked against MsgRate x size); ours and TCP are measured on the receiver.
+Message rate is 10^6 messages/s (perftest: MsgRate[Mpps]; ours and TCP: 64 B writes counted on the receiver).
+ours/X > 1 means ours is slower for latency and faster for bandwidth and rate. ! = unstable repetitions.
+Soft-RoCE emulated in a TCG guest: only ratios within one run mean anything.`
+
+// jsonResult is one object of the JSON output: one of our cases against one
+// baseline at one size. Values are medians over the repetitions; null means
+// every repetition failed (see error).
+type jsonResult struct {
+	Case          string    `json:"case"`
+	Metric        Metric    `json:"metric"`
+	Size          int       `json:"size"`
+	Ours          *float64  `json:"ours"`
+	Baseline      string    `json:"baseline"` // "perftest" or "tcp"
+	BaselineCmd   string    `json:"baseline_cmd"`
+	BaselineValue *float64  `json:"baseline_value"`
+	Ratio         *float64  `json:"ratio"` // ours / baseline_value
+	OursP99       *float64  `json:"ours_p99,omitempty"`
+	OursP999      *float64  `json:"ours_p999,omitempty"`
+	BaselineP99   *float64  `json:"baseline_p99,omitempty"`
+	BaselineP999  *float64  `json:"baseline_p999,omitempty"`
+	OursAvg       *float64  `json:"ours_avg,omitempty"`
+	BaselineAvg   *float64  `json:"baseline_avg,omitempty"`
+	BaselineCheck *float64  `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
+	OursReps      []float64 `json:"ours_reps"`
+	BaselineReps  []float64 `json:"baseline_reps"`
+	// Repetitions more than unstableSpread apart (the table's "!").
+	OursUnstable     bool   `json:"ours_unstable,omitempty"`
+	BaselineUnstable bool   `json:"baseline_unstable,omitempty"`
+	Iterations       int    `json:"iterations"`
+	Depth            int    `json:"depth,omitempty"`
+	Pinned           bool   `json:"pinned"`
+	Error            string `json:"error,omitempty"`
+}
+
+func (r *report) results() []jsonResult {
+	var out []jsonResult
+	for _, mp := range r.plan {
+		m := mp.Metric
+		for _, o := range mp.Ours {
+			for _, size := range mp.Sizes {
+				for _, b := range mp.Baselns {
+					oa, ba := r.get(m, size, o.Label), r.get(m, size, b.Label)
+					j := jsonResult{Case: o.Label, Metric: m, Size: size, Baseline: b.Kind, BaselineCmd: b.Cmd(r.h, size),
+						Iterations: r.h.work.Iters(m, size), Pinned: r.h.serverCPU >= 0, OursReps: []float64{}, BaselineReps: []float64{}}
+					if m != Latency {
+						j.Depth = r.h.depth
+					}
+					var errs []string
+					if oa != nil {
+						j.Ours, j.OursReps, j.OursUnstable = ptr(oa.Value), oa.Reps, oa.unstable()
+						if m == Latency {
+							j.OursP99, j.OursP999, j.OursAvg = ptr(oa.P99), ptr(oa.P999), ptr(oa.Avg)
+						}
+					} else {
+						errs = append(errs, "ours failed: "+strings.Join(r.errs(m, size, o.Label), "; "))
+					}
+					if ba != nil {
+						j.BaselineValue, j.BaselineReps, j.BaselineUnstable = ptr(ba.Value), ba.Reps, ba.unstable()
+						if m == Latency {
+							j.BaselineP99, j.BaselineP999, j.BaselineAvg = ptr(ba.P99), ptr(ba.P999), ptr(ba.Avg)
+						}
+						if ba.Check > 0 {
+							j.BaselineCheck = ptr(ba.Check)
+						}
+					} else {
+						errs = append(errs, b.Label+" failed: "+strings.Join(r.errs(m, size, b.Label), "; "))
+					}
+					if oa != nil && ba != nil {
+						j.Ratio = ptr(oa.Value / ba.Value)
+					}
+					j.Error = strings.Join(errs, "; ")
+					out = append(out, j)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (r *report) errs(m Metric, size int, label string) []string {
+	if c := r.cells[cellKey{m, size, label}]; c != nil && len(c.Errs) > 0 {
+		return c.Errs
+	}
+	return []string{"no successful run"}
+}
+
+// ptr returns a pointer to v, for JSON fields that are null when missing.
+func ptr(v float64) *float64 {
+	return &v
+}
+
+func (r *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r.results(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
