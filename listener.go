@@ -2,12 +2,10 @@ package rdma
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 
 	"github.com/gordma/rdma/internal/rdmacm"
 	"github.com/gordma/rdma/internal/wire"
@@ -167,6 +165,3 @@ func (l *Listener) Close() error {
 
 // Addr returns the listener's address; with port 0 requested, the port chosen.
 func (l *Listener) Addr() net.Addr { return l.addr }
-
-var _ = errors.Is
-var _ = syscall.EINVAL

@@ -80,7 +80,6 @@ import "C"
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 )
@@ -278,8 +277,6 @@ func (q *CQ) Close() error {
 	q.cq = nil
 	return nil
 }
-
-var _ = syscall.EAGAIN
 
 // Resize grows (or shrinks) the CQ to at least cqe entries.
 func (q *CQ) Resize(cqe int) error {
