@@ -121,11 +121,7 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 	var c *Conn
 	defer func() {
 		if err != nil {
-			if c != nil {
-				c.abort()
-			}
-			id.Destroy()
-			ch.Close()
+			undo(c, id, ch)
 		}
 	}()
 	if err = id.ResolveAddr(laddr, raddr, msUntil(ctx)); err != nil {
@@ -203,11 +199,7 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 	var c *Conn
 	defer func() {
 		if err != nil {
-			if c != nil {
-				c.abort()
-			}
-			child.Destroy()
-			ch.Close()
+			undo(c, child, ch)
 		}
 	}()
 	fail := func(e error) error {
@@ -235,6 +227,16 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 	}
 	c.start()
 	return c, nil
+}
+
+// undo frees what a dial or accept that failed half-way had set up, in
+// reverse order: the connection's verbs objects, its cm id, its channel.
+func undo(c *Conn, id *rdmacm.ID, ch *rdmacm.Channel) {
+	if c != nil {
+		c.abort()
+	}
+	id.Destroy()
+	ch.Close()
 }
 
 func reject(id *rdmacm.ID, code wire.RejectCode, reason string) {
