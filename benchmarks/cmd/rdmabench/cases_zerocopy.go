@@ -97,21 +97,29 @@ func exchange(c *rdma.Conn, size int, access rdma.Access) (local buffer.Buf, exp
 	return
 }
 
+// exportedPair gets the case's RDMA connection and trades exported buffers of
+// Size bytes with the other side; done closes the export and frees the buffer.
+func exportedPair(s *Side) (c *rdma.Conn, local buffer.Buf, remote rdma.RemoteBuf, done func(), err error) {
+	if c, err = rdmaConn(s); err != nil {
+		return
+	}
+	local, exp, remote, err := exchange(c, max(s.Size, 64), rdma.RemoteWrite)
+	if err != nil {
+		return
+	}
+	local.SetLen(s.Size)
+	return c, local, remote, func() { exp.Close(); local.Release() }, nil
+}
+
 // writePingPong: each side exports a buffer; the client RDMA-writes Size
 // bytes with an immediate into the server's, the server answers the same way
 // when notified (as ib_write_lat, whose reader polls memory instead).
 func writePingPong(s *Side) (*Sample, error) {
-	c, err := rdmaConn(s)
+	c, local, remote, done, err := exportedPair(s)
 	if err != nil {
 		return nil, err
 	}
-	local, exp, remote, err := exchange(c, max(s.Size, 64), rdma.RemoteWrite)
-	if err != nil {
-		return nil, err
-	}
-	defer local.Release()
-	defer exp.Close()
-	local.SetLen(s.Size)
+	defer done()
 	ctx := context.Background()
 	if s.Server {
 		for n := range c.Notifications() {
@@ -199,17 +207,11 @@ func msgFlow(s *Side, rate bool) (*Sample, error) {
 // into the server's exported buffer (PostWriteRemote, completions on
 // Completions()); bandwidth is bytes over the time until the last completes.
 func writeStream(s *Side) (*Sample, error) {
-	c, err := rdmaConn(s)
+	c, local, remote, done, err := exportedPair(s)
 	if err != nil {
 		return nil, err
 	}
-	local, exp, remote, err := exchange(c, max(s.Size, 64), rdma.RemoteWrite)
-	if err != nil {
-		return nil, err
-	}
-	defer local.Release()
-	defer exp.Close()
-	local.SetLen(s.Size)
+	defer done()
 	if s.Server {
 		_, err := c.Recv(context.Background()) // the client closes when done
 		_ = err
