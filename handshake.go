@@ -36,6 +36,21 @@ func newChannel() (*rdmacm.Channel, error) {
 	return ch, err
 }
 
+// newChannelID creates an event channel and an id on it: what every dial and
+// listen starts from.
+func newChannelID() (*rdmacm.Channel, *rdmacm.ID, error) {
+	ch, err := newChannel()
+	if err != nil {
+		return nil, nil, err
+	}
+	id, err := ch.CreateID()
+	if err != nil {
+		ch.Close()
+		return nil, nil, err
+	}
+	return ch, id, nil
+}
+
 // waitEvent waits for the next CM event on ch, bounded by ctx.
 func waitEvent(ctx context.Context, ch *rdmacm.Channel) (rdmacm.Event, error) {
 	select {
@@ -109,13 +124,8 @@ func classifyResolve(err error) error {
 // (INIT), send our hello in the connect request, and on the listener's answer
 // validate its hello, move the QP to RTR and RTS and establish.
 func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ *Conn, err error) {
-	ch, err := newChannel()
+	ch, id, err := newChannelID()
 	if err != nil {
-		return nil, err
-	}
-	id, err := ch.CreateID()
-	if err != nil {
-		ch.Close()
 		return nil, err
 	}
 	var c *Conn

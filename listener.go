@@ -29,19 +29,13 @@ type Listener struct {
 }
 
 func listen(cfg *Config, ap netip.AddrPort) (_ *Listener, err error) {
-	ch, err := newChannel()
+	ch, id, err := newChannelID()
 	if err != nil {
-		return nil, err
-	}
-	id, err := ch.CreateID()
-	if err != nil {
-		ch.Close()
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			id.Destroy()
-			ch.Close()
+			undo(nil, id, ch)
 		}
 	}()
 	if err = id.BindAddr(ap); err != nil {
