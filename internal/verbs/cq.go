@@ -127,6 +127,8 @@ const (
 	WCRDMARead        WCOpcode = C.IBV_WC_RDMA_READ
 	WCRecv            WCOpcode = C.IBV_WC_RECV
 	WCRecvRDMAWithImm WCOpcode = C.IBV_WC_RECV_RDMA_WITH_IMM
+	WCBindMW          WCOpcode = C.IBV_WC_BIND_MW
+	WCLocalInv        WCOpcode = C.IBV_WC_LOCAL_INV
 )
 
 // CompletionError is a failed work completion, with the provider's vendor code.

@@ -196,6 +196,8 @@ type DeviceAttr struct {
 	MaxQPRdAtom     int
 	MaxQPInitRdAtom int
 	MaxSRQWR        int
+	MaxMW           int
+	MemWindow2      bool // type 2 memory windows (bound through the send queue, scoped to one QP)
 }
 
 // QueryDevice returns the device's limits.
@@ -208,6 +210,7 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 		PhysPorts: uint8(a.phys_port_cnt), MaxQP: int(a.max_qp), MaxQPWR: int(a.max_qp_wr),
 		MaxSGE: int(a.max_sge), MaxCQE: int(a.max_cqe), MaxMR: int(a.max_mr), MaxMRSize: uint64(a.max_mr_size),
 		MaxQPRdAtom: int(a.max_qp_rd_atom), MaxQPInitRdAtom: int(a.max_qp_init_rd_atom), MaxSRQWR: int(a.max_srq_wr),
+		MaxMW: int(a.max_mw), MemWindow2: a.device_cap_flags&C.IBV_DEVICE_MEM_WINDOW_TYPE_2B != 0 && a.max_mw > 0,
 	}, nil
 }
 

@@ -38,6 +38,8 @@ static int post_send(struct ibv_qp *qp, gosendwr *in, int n) {
 		wr[i].opcode = in[i].opcode;
 		wr[i].send_flags = in[i].flags;
 		wr[i].imm_data = htonl(in[i].imm);
+		if (in[i].opcode == IBV_WR_LOCAL_INV)
+			wr[i].invalidate_rkey = in[i].rkey; // shares a union with imm_data
 		wr[i].wr.rdma.remote_addr = in[i].remote_addr;
 		wr[i].wr.rdma.rkey = in[i].rkey;
 		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
@@ -119,6 +121,7 @@ const (
 	OpSend             uint32 = C.IBV_WR_SEND
 	OpSendWithImm      uint32 = C.IBV_WR_SEND_WITH_IMM
 	OpRDMARead         uint32 = C.IBV_WR_RDMA_READ
+	OpLocalInv         uint32 = C.IBV_WR_LOCAL_INV // invalidates the memory window named by RKey
 
 	SendSignaled uint32 = C.IBV_SEND_SIGNALED
 	SendInline   uint32 = C.IBV_SEND_INLINE

@@ -178,6 +178,7 @@ const (
 	AccessRemoteWrite  AccessFlags = 1 << 1 // IBV_ACCESS_REMOTE_WRITE
 	AccessRemoteRead   AccessFlags = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	AccessRemoteAtomic AccessFlags = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
+	AccessMWBind       AccessFlags = 1 << 4 // IBV_ACCESS_MW_BIND (MRs only: memory windows may be bound to it)
 
 	// qpAccessKnown is what a QP's access_flags may contain.
 	qpAccessKnown = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
@@ -197,6 +198,7 @@ func (f AccessFlags) String() string {
 		{AccessRemoteWrite, "remote_write"},
 		{AccessRemoteRead, "remote_read"},
 		{AccessRemoteAtomic, "remote_atomic"},
+		{AccessMWBind, "mw_bind"},
 	} {
 		if f&a.bit != 0 {
 			parts = append(parts, a.name)

@@ -93,6 +93,9 @@ func connectPair(t *testing.T, typ QPType, port *Port, lim PortLimits, gid int, 
 			mask |= AttrQKey
 		} else {
 			init.AccessFlags = AccessLocalWrite | AccessRemoteWrite
+			if typ == QPTypeRC {
+				init.AccessFlags |= AccessRemoteRead // UC has no reads
+			}
 			mask |= AttrAccessFlags
 		}
 		must(t, q.Modify(init, mask, lim))
@@ -229,5 +232,122 @@ func TestNoSuchDevice(t *testing.T) {
 	rdmatest.Require(t)
 	if _, err := OpenDevice("no-such-device"); err == nil {
 		t.Fatal("opening a missing device succeeded")
+	}
+}
+
+// TestMemoryWindowType2 checks what the rendezvous path relies on: a type 2
+// window bound to a sub-range of an MR (registered for local access and
+// binding only) lets the peer RDMA READ exactly that range through this QP;
+// an access outside it, or with the key of an invalidated binding, fails at
+// the initiator; an invalidated window binds again under a new key.
+func TestMemoryWindowType2(t *testing.T) {
+	ctx, port, dev, gid := testDevice(t)
+	if !dev.MemWindow2 {
+		t.Fatalf("device reports no type 2 memory windows (max_mw %d)", dev.MaxMW)
+	}
+	lim := port.Limits(dev)
+	pd, err := ctx.AllocPD()
+	must(t, err)
+	defer pd.Close()
+	mem := mmapBuf(t, 3*4096)
+	for i := range mem {
+		mem[i] = byte(i / 4096) // page 0: 0s, page 1: 1s, page 2: 2s
+	}
+	mr, err := pd.RegMR(mem, AccessLocalWrite|AccessMWBind)
+	must(t, err)
+	defer mr.Close()
+	cq, err := ctx.CreateCQ(32, nil)
+	must(t, err)
+	defer cq.Close()
+
+	pair := func() (owner, reader *QP) {
+		cfg := QPConfig{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SendWR: 8, RecvWR: 4}
+		a, err := pd.CreateQP(cfg)
+		must(t, err)
+		t.Cleanup(func() { a.Close() })
+		b, err := pd.CreateQP(cfg)
+		must(t, err)
+		t.Cleanup(func() { b.Close() })
+		connectPair(t, QPTypeRC, port, lim, gid, a, b)
+		return a, b
+	}
+	local := mmapBuf(t, 4096)
+	lmr, err := pd.RegMR(local, AccessLocalWrite)
+	must(t, err)
+	defer lmr.Close()
+	read := func(q *QP, wrid, addr uint64, n int, rkey uint32) WC {
+		clear(local)
+		must(t, q.PostSend([]SendWR{{WRID: wrid, Addr: lmr.Addr(), Len: uint32(n), LKey: lmr.LKey,
+			Opcode: OpRDMARead, Flags: SendSignaled, RemoteAddr: addr, RKey: rkey}}))
+		return pollOne(t, cq)
+	}
+	expectOK := func(wc WC, want byte, n int) {
+		t.Helper()
+		must(t, wc.Err())
+		for i := 0; i < n; i++ {
+			if local[i] != want {
+				t.Fatalf("byte %d read through the window is %d, want %d", i, local[i], want)
+			}
+		}
+	}
+
+	a, b := pair()
+	mw, err := pd.AllocMW()
+	must(t, err)
+	defer mw.Close()
+	page1 := mr.Addr() + 4096
+	rkey, err := a.PostBindMW(10, mw, mr, page1, 4096, AccessRemoteRead)
+	must(t, err)
+	if wc := pollOne(t, cq); wc.Err() != nil || wc.Opcode != WCBindMW || wc.WRID != 10 {
+		t.Fatalf("bind completion %+v (%v)", wc, wc.Err())
+	}
+	if rkey == mr.RKey || rkey != mw.RKey() {
+		t.Fatalf("bind returned rkey 0x%x (window says 0x%x, MR 0x%x)", rkey, mw.RKey(), mr.RKey)
+	}
+	expectOK(read(b, 11, page1, 4096, rkey), 1, 4096)
+
+	// Revoke, rebind to page 2 under a new key; the new key reads page 2.
+	must(t, a.PostSend([]SendWR{{WRID: 12, Opcode: OpLocalInv, Flags: SendSignaled, RKey: rkey}}))
+	if wc := pollOne(t, cq); wc.Err() != nil || wc.Opcode != WCLocalInv {
+		t.Fatalf("local invalidate completion %+v (%v)", wc, wc.Err())
+	}
+	rkey2, err := a.PostBindMW(13, mw, mr, page1+4096, 4096, AccessRemoteRead)
+	must(t, err)
+	wc := pollOne(t, cq)
+	must(t, wc.Err())
+	if rkey2 == rkey {
+		t.Fatalf("rebind kept rkey 0x%x", rkey)
+	}
+	expectOK(read(b, 14, page1+4096, 100, rkey2), 2, 100)
+
+	// The old key is dead: the read fails at the initiator.
+	if wc := read(b, 15, page1, 8, rkey); wc.Status != WCRemAccessErr {
+		t.Fatalf("read with an invalidated key: %+v, want remote access error", wc)
+	}
+
+	// Outside the bound range: hardware refuses a byte past the window.
+	// Soft-RoCE in Linux 6.1 checks a window's key, QP and rights but
+	// bounds the access by the underlying MR only (observed here), so on
+	// it a read past the window but inside the MR succeeds; past the MR it
+	// fails. Fresh pair: a failed read puts the reader's QP in error.
+	a2, b2 := pair()
+	mw2, err := pd.AllocMW()
+	must(t, err)
+	defer mw2.Close()
+	rkey3, err := a2.PostBindMW(20, mw2, mr, page1, 4096, AccessRemoteRead)
+	must(t, err)
+	wc = pollOne(t, cq)
+	must(t, wc.Err())
+	wc = read(b2, 21, page1+4096-8, 9, rkey3)
+	switch wc.Status {
+	case WCRemAccessErr:
+		return // bounds enforced by the window
+	case WCSuccess:
+		t.Logf("%s does not bound window accesses inside the MR (a read 1 byte past the window succeeded)", rdmatest.Require(t).Device)
+	default:
+		t.Fatalf("read one byte past the window: %+v", wc)
+	}
+	if wc := read(b2, 22, mr.Addr()+uint64(len(mem))-8, 9, rkey3); wc.Status != WCRemAccessErr {
+		t.Fatalf("read one byte past the MR through the window: %+v, want remote access error", wc)
 	}
 }
