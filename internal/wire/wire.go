@@ -31,7 +31,12 @@
 //
 //	Immediate data (32 bits)
 //	  bits 31..24  Kind
-//	  bits 23..0   credits returned to the receiver
+//	  bits 23..0   credits returned to the receiver; for KindRendezvousDone,
+//	               the id of the rendezvous that is done (no credits)
+//
+//	Rendezvous (payload of a KindRendezvous message, RendezvousLen = 20)
+//	    0     4  id (the sender's, echoed in KindRendezvousDone)
+//	    4    16  Region: where the receiver RDMA-READs the message from
 //
 // IB and RoCE pad private data with zeros to its maximum length, so the
 // parsers ignore anything after the declared length. Every parser takes
@@ -279,8 +284,16 @@ const (
 	KindFIN       Kind = 2 // the sender will send no more data
 	KindKeepalive Kind = 3 // idle probe
 	KindMessage   Kind = 4 // one whole message of the message view (boundaries kept)
+	// KindRendezvous announces a message larger than a receive buffer; its
+	// payload (a Rendezvous) says where the receiver reads it from.
+	KindRendezvous Kind = 5
+	// KindRendezvousDone tells the sender the receiver has read the message
+	// of rendezvous id (imm bits 23..0), so it may revoke access and reuse
+	// the buffer. It carries no credits and needs none: the sender keeps a
+	// receive posted for each rendezvous it has outstanding.
+	KindRendezvousDone Kind = 6
 
-	maxKind = KindMessage
+	maxKind = KindRendezvousDone
 )
 
 func (k Kind) String() string {
@@ -295,6 +308,10 @@ func (k Kind) String() string {
 		return "keepalive"
 	case KindMessage:
 		return "message"
+	case KindRendezvous:
+		return "rendezvous"
+	case KindRendezvousDone:
+		return "rendezvous-done"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -345,6 +362,42 @@ func ParseRegion(b []byte) (Region, error) {
 	r := Region{Addr: binary.BigEndian.Uint64(b), Len: binary.BigEndian.Uint32(b[8:]), RKey: binary.BigEndian.Uint32(b[12:])}
 	if r.Addr+uint64(r.Len) < r.Addr {
 		return Region{}, errorf(ErrMalformed, "region descriptor wraps the address space (addr 0x%x, len %d)", r.Addr, r.Len)
+	}
+	return r, nil
+}
+
+// Rendezvous announces a message that moves by RDMA READ: the sender bound
+// Region for remote read on this connection until the receiver answers
+// KindRendezvousDone with ID.
+type Rendezvous struct {
+	ID     uint32 // < 1<<24: it returns in immediate data
+	Region Region
+}
+
+// RendezvousLen is the encoded size of a Rendezvous.
+const RendezvousLen = 4 + RegionLen
+
+// AppendTo appends the encoded rendezvous to b.
+func (r Rendezvous) AppendTo(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, r.ID)
+	return r.Region.AppendTo(b)
+}
+
+// ParseRendezvous decodes a peer's rendezvous; trailing bytes are ignored.
+func ParseRendezvous(b []byte) (Rendezvous, error) {
+	if len(b) < RendezvousLen {
+		return Rendezvous{}, errorf(ErrMalformed, "rendezvous truncated: %d bytes, need %d", len(b), RendezvousLen)
+	}
+	r := Rendezvous{ID: binary.BigEndian.Uint32(b)}
+	if r.ID > MaxImmCredits {
+		return Rendezvous{}, errorf(ErrMalformed, "rendezvous id %d does not fit 24 bits", r.ID)
+	}
+	var err error
+	if r.Region, err = ParseRegion(b[4:]); err != nil {
+		return Rendezvous{}, err
+	}
+	if r.Region.Len == 0 {
+		return Rendezvous{}, errorf(ErrMalformed, "rendezvous of an empty message")
 	}
 	return r, nil
 }

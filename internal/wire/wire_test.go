@@ -228,7 +228,7 @@ func TestParseRejectErrors(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for k, want := range map[Kind]string{KindData: "data", KindCredit: "credit", KindFIN: "fin", KindKeepalive: "keepalive", KindMessage: "message", 5: "Kind(5)", 255: "Kind(255)"} {
+	for k, want := range map[Kind]string{KindData: "data", KindCredit: "credit", KindFIN: "fin", KindKeepalive: "keepalive", KindMessage: "message", KindRendezvous: "rendezvous", KindRendezvousDone: "rendezvous-done", 7: "Kind(7)", 255: "Kind(255)"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
@@ -249,6 +249,7 @@ func TestImm(t *testing.T) {
 		{KindKeepalive, MaxImmCredits, 0x03ffffff, MaxImmCredits},
 		{KindData, MaxImmCredits + 1, 0x00ffffff, MaxImmCredits}, // clamped, kind untouched
 		{KindCredit, ^uint32(0), 0x01ffffff, MaxImmCredits},      // clamped
+		{KindRendezvousDone, 42, 0x0600002a, 42},                 // a rendezvous id, not credits
 	} {
 		imm := EncodeImm(tc.k, tc.credits)
 		if imm != tc.imm {
@@ -263,8 +264,8 @@ func TestImm(t *testing.T) {
 
 func TestDecodeImmUnknownKind(t *testing.T) {
 	for imm, want := range map[uint32]string{
-		0x05000000: "unknown message kind 5",
-		0x05000001: "unknown message kind 5",
+		0x07000000: "unknown message kind 7",
+		0x07000001: "unknown message kind 7",
 		0xff123456: "unknown message kind 255",
 	} {
 		k, c, err := DecodeImm(imm)
@@ -379,6 +380,49 @@ func FuzzParseRegion(f *testing.F) {
 		again, err := ParseRegion(r.AppendTo(nil))
 		if err != nil || again != r {
 			t.Fatalf("re-encoded region %+v parsed as %+v, %v", r, again, err)
+		}
+	})
+}
+
+func TestRendezvousRoundTrip(t *testing.T) {
+	r := Rendezvous{ID: 5, Region: Region{Addr: 1 << 40, Len: 1 << 20, RKey: 0xabcd01}}
+	b := r.AppendTo(nil)
+	if len(b) != RendezvousLen {
+		t.Fatalf("encoded %d bytes, want %d", len(b), RendezvousLen)
+	}
+	got, err := ParseRendezvous(append(b, 0, 0)) // trailing padding is ignored
+	if err != nil || got != r {
+		t.Fatalf("parsed %+v, %v; want %+v", got, err, r)
+	}
+	for name, bad := range map[string][]byte{
+		"truncated": b[:RendezvousLen-1],
+		"empty":     Rendezvous{ID: 1, Region: Region{Addr: 4096}}.AppendTo(nil),
+		"wide id":   Rendezvous{ID: 1 << 24, Region: Region{Addr: 4096, Len: 1}}.AppendTo(nil),
+		"wraps":     Rendezvous{ID: 1, Region: Region{Addr: ^uint64(0) - 1, Len: 4}}.AppendTo(nil),
+	} {
+		if _, err := ParseRendezvous(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: error %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func FuzzParseRendezvous(f *testing.F) {
+	f.Add(Rendezvous{ID: 3, Region: Region{Addr: 4096, Len: 1 << 20, RKey: 9}}.AppendTo(nil))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseRendezvous(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if r.Region.Len == 0 || r.ID > MaxImmCredits {
+			t.Fatalf("accepted %+v", r)
+		}
+		again, err := ParseRendezvous(r.AppendTo(nil))
+		if err != nil || again != r {
+			t.Fatalf("re-encoded %+v parsed as %+v, %v", r, again, err)
 		}
 	})
 }
