@@ -19,6 +19,7 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 		return
 	}
 	c.recvWRs = c.recvWRs[:0]
+	c.uncredited = 0
 	for i := range wcs {
 		wc := &wcs[i]
 		idx := int(wc.WRID & wrIdxMask)
@@ -35,13 +36,19 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 			c.sendFailedLocked(wc)
 		case wrSendMsg:
 			c.sqInFlight--
-			c.toRelease = append(c.toRelease, c.msgSend[idx])
-			c.msgSend[idx] = buffer.Buf{}
-			c.msgFree = append(c.msgFree, idx)
 			c.sendFailedLocked(wc)
-			if c.msgAsync[idx] {
-				c.opDone <- OpCompletion{ID: c.msgID[idx], Err: wc.Err()}
-			}
+			c.msgDoneLocked(idx, wc.Err())
+		case wrInval: // the peer read a large message; its window is revoked
+			c.sqInFlight--
+			c.sendFailedLocked(wc)
+			c.rvOut--
+			c.msgDoneLocked(idx, wc.Err())
+		case wrSendRv, wrBind:
+			c.sqInFlight--
+			c.sendFailedLocked(wc)
+		case wrReadRv:
+			c.sqInFlight--
+			c.readDoneLocked(idx, wc)
 		case wrOneSided:
 			c.sqInFlight--
 			c.oneSidedDoneLocked(idx, wc, &c.toRelease)
@@ -49,7 +56,7 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 	}
 	c.repostLocked()
 	c.maybeSendCreditsLocked()
-	if c.eof || c.rerr != nil {
+	if (c.eof && c.inLen == 0) || c.rerr != nil {
 		c.closeMessagesLocked() // the peer finished, or receives failed: no more messages
 	}
 	c.broadcast()
@@ -61,6 +68,17 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 	for i := range rel {
 		rel[i].Release()
 		rel[i] = buffer.Buf{}
+	}
+}
+
+// msgDoneLocked ends the zero-copy send in slot idx: the NIC (or, for a
+// large message, the peer) is done with its buffer.
+func (c *Conn) msgDoneLocked(idx int, err error) {
+	c.toRelease = append(c.toRelease, c.msgSend[idx])
+	c.msgSend[idx] = buffer.Buf{}
+	c.msgFree = append(c.msgFree, idx)
+	if c.msgAsync[idx] {
+		c.opDone <- OpCompletion{ID: c.msgID[idx], Err: err}
 	}
 }
 
@@ -85,6 +103,14 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err))
 		return
 	}
+	if kind == wire.KindRendezvousDone {
+		// It came in a receive kept for it beyond the credits: repost that
+		// without granting a credit.
+		c.rendezvousDoneLocked(credits)
+		c.uncredited++
+		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
+		return
+	}
 	c.credits += int(credits)
 	switch {
 	case kind == wire.KindData && wc.ByteLen > 0 && !c.eof:
@@ -94,6 +120,9 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		return
 	case kind == wire.KindMessage && !c.eof && !c.msgsClosed:
 		c.deliverMessageLocked(idx, int(wc.ByteLen))
+		return
+	case kind == wire.KindRendezvous && !c.eof && !c.msgsClosed:
+		c.rendezvousInLocked(idx, int(wc.ByteLen))
 		return
 	case kind == wire.KindFIN:
 		c.eof = true

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -33,9 +34,12 @@ type Conn struct {
 	rq      []rxMsg
 	rqHead  int
 	rqLen   int
-	pending int  // receives reposted but not yet granted back to the peer
-	eof     bool // the peer sent end-of-stream
-	rerr    error
+	pending int // receives reposted but not yet granted back to the peer
+	// uncredited counts the receives in recvWRs that are not credits (they
+	// took a rendezvous done, which the peer sends without one).
+	uncredited int
+	eof        bool // the peer sent end-of-stream
+	rerr       error
 	// Send side.
 	credits    int    // peer receive buffers we may still fill
 	sendSeq    uint64 // data sends posted
@@ -75,6 +79,22 @@ type Conn struct {
 	exports    map[*Export]struct{}
 	toRelease  []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
 
+	// Rendezvous (rendezvous.go): messages larger than the peer's receive buffers.
+	peerMaxMsg int         // largest message Send takes: peerBufSize, or more by rendezvous
+	rvMW       []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
+	rvSending  []bool      // by send slot: lent to the peer, waiting for its done
+	rvOut      int         // send slots in a rendezvous (until the window is revoked)
+	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
+	bigSlots   []bigSlot   // by receive buffer: recyclers of delivered large messages
+	inbox      []int       // receive buffers of messages not yet delivered, in order (a ring)
+	inHead     int
+	inLen      int
+	rvStalled  int             // incoming rendezvous without a buffer or a posted READ
+	rvReads    int             // READs in flight
+	rvDone     []uint32        // done answers waiting for send-queue room
+	rvCtx      context.Context // ends at release: stops waits for pool buffers
+	rvCancel   context.CancelFunc
+
 	sendWRs []verbs.SendWR  // scratch for Write, guarded by writeMu
 	ctlWR   [1]verbs.SendWR // scratch for control messages, guarded by mu (a local would escape to the heap)
 	recvWRs []verbs.RecvWR  // scratch for reposting, guarded by mu
@@ -98,9 +118,9 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		eventsDone: make(chan struct{}),
 		rdDeadline: makeDeadline(),
 		wrDeadline: makeDeadline(),
-		rq:         make([]rxMsg, cfg.RecvBuffers),
+		rq:         make([]rxMsg, cfg.RecvBuffers+maxRendezvous), // every receive posted
 		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
-		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers),
+		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous),
 	}
 	ep, err := newEndpoint(id, cfg, c)
 	if err != nil {
@@ -117,6 +137,10 @@ func (c *Conn) setPeer(peer wire.Hello) {
 	c.mu.Lock()
 	c.peerBufSize = min(int(peer.RecvBufSize), c.ep.bufSize)
 	c.credits = int(peer.Credits)
+	c.peerMaxMsg = c.peerBufSize
+	if c.dev.windows && int(peer.MaxMsgSize) > c.peerBufSize {
+		c.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.pool.MaxSize()) // larger ones go by rendezvous
+	}
 	c.mu.Unlock()
 }
 
@@ -278,7 +302,8 @@ func (c *Conn) repostLocked() {
 		return
 	}
 	c.recvPosted += len(c.recvWRs)
-	c.pending += len(c.recvWRs)
+	c.pending += len(c.recvWRs) - c.uncredited
+	c.uncredited = 0
 	c.recvWRs = c.recvWRs[:0]
 	c.maybeSendCreditsLocked()
 }
@@ -482,9 +507,10 @@ func (c *Conn) shutdown() error {
 	c.sendFIN(c.cfg.CloseTimeout)
 	c.writeMu.Unlock()
 
-	// Wait until every send is acknowledged (delivered into the peer's buffers).
+	// Wait until every send is acknowledged (delivered into the peer's
+	// buffers) and the peer has read every message lent to it.
 	c.mu.Lock()
-	for c.sqInFlight > 0 && !c.qpDown && time.Now().Before(deadline) {
+	for (c.sqInFlight > 0 || c.rvOut > 0) && !c.qpDown && time.Now().Before(deadline) {
 		wake := c.wakeChan()
 		c.mu.Unlock()
 		select {
@@ -520,9 +546,13 @@ func (c *Conn) release() error {
 	c.closeMessagesLocked()
 	exports := c.exports
 	c.exports = nil
+	c.releaseRendezvousLocked()
 	c.freeRecvRingLocked()
 	for i, b := range c.msgSend {
 		if b.Valid() {
+			if c.msgAsync[i] {
+				c.opDone <- OpCompletion{ID: c.msgID[i], Err: net.ErrClosed}
+			}
 			b.Release()
 			c.msgSend[i] = buffer.Buf{}
 		}

@@ -21,7 +21,12 @@ type device struct {
 	pd      *verbs.PD
 	pool    *buffer.Pool
 	pollers *poller.Group
+	reg     *registrar
 	refs    int // connections using it (devices.mu)
+	// windows: the device has type 2 memory windows, so a message larger
+	// than the peer's receive buffers can be lent to the peer for one RDMA
+	// READ (rendezvous.go) without registering memory on the data path.
+	windows bool
 }
 
 var devices struct {
@@ -47,7 +52,16 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	if d.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if d.pool, err = buffer.NewPool(registrar{d.pd}, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize)}); err != nil {
+	attr, err := ctx.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	d.windows = attr.MemWindow2
+	d.reg = &registrar{pd: d.pd, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
+	if d.windows {
+		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself
+	}
+	if d.pool, err = buffer.NewPool(d.reg, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize)}); err != nil {
 		return nil, err
 	}
 	if d.pollers, err = poller.NewGroup(ctx, cfg.pollerConfig()); err != nil {
@@ -102,26 +116,51 @@ func (d *device) teardown() error {
 }
 
 // registrar registers pool arenas with the device's PD for local access
-// only: nothing is remotely accessible unless a connection exports it.
-type registrar struct{ pd *verbs.PD }
+// (and window binding) only: nothing is remotely accessible unless a
+// connection exports it or binds a window to it. It remembers each arena's
+// MR by lkey, which a window bind needs.
+type registrar struct {
+	pd     *verbs.PD
+	access verbs.AccessFlags
+	mu     sync.RWMutex
+	mrs    map[uint32]*verbs.MR
+}
 
-func (r registrar) Register(mem []byte) (buffer.Registration, error) {
-	mr, err := r.pd.RegMR(mem, verbs.AccessLocalWrite)
+func (r *registrar) Register(mem []byte) (buffer.Registration, error) {
+	mr, err := r.pd.RegMR(mem, r.access)
 	if err != nil {
 		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
 			return nil, fmt.Errorf("%w: %v", ErrMemlock, err)
 		}
 		return nil, err
 	}
-	return registration{mr}, nil
+	r.mu.Lock()
+	r.mrs[mr.LKey] = mr
+	r.mu.Unlock()
+	return registration{r, mr}, nil
 }
 
-type registration struct{ mr *verbs.MR }
+// mr returns the MR of the arena b was carved from.
+func (r *registrar) mr(b buffer.Buf) *verbs.MR {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.mrs[b.LKey()]
+}
+
+type registration struct {
+	r  *registrar
+	mr *verbs.MR
+}
 
 func (r registration) LKey() uint32 { return r.mr.LKey }
 func (r registration) RKey() uint32 { return r.mr.RKey }
 func (r registration) Addr() uint64 { return r.mr.Addr() }
-func (r registration) Close() error { return r.mr.Close() }
+func (r registration) Close() error {
+	r.r.mu.Lock()
+	delete(r.r.mrs, r.mr.LKey)
+	r.r.mu.Unlock()
+	return r.mr.Close()
+}
 
 // poolClasses are the pool's size classes: powers of four from 256 B to
 // 4 MiB, plus the connections' buffer size so their rings waste nothing.

@@ -7,6 +7,7 @@ import (
 	"github.com/gordma/rdma/internal/poller"
 	"github.com/gordma/rdma/internal/rdmacm"
 	"github.com/gordma/rdma/internal/verbs"
+	"github.com/gordma/rdma/internal/wire"
 )
 
 // endpoint holds one connection's verbs objects: its QP (on the shared CQ of
@@ -22,6 +23,7 @@ type endpoint struct {
 	lim     verbs.PortLimits
 	recv    []buffer.Buf
 	send    []buffer.Buf
+	rvDesc  buffer.Buf // rendezvous announcements: RendezvousLen bytes per message send slot
 
 	bufSize, nRecv, nSend int
 	maxMsgs, maxOps       int // zero-copy messages and one-sided operations in flight
@@ -36,6 +38,10 @@ const (
 	wrSendCtl  = 3 << 32
 	wrSendMsg  = 4 << 32
 	wrOneSided = 5 << 32
+	wrSendRv   = 6 << 32 // a rendezvous announcement (index: send slot)
+	wrBind     = 7 << 32 // a window bind (index: send slot)
+	wrInval    = 8 << 32 // a window invalidate (index: send slot)
+	wrReadRv   = 9 << 32 // a rendezvous READ (index: receive buffer)
 	wrKindMask = 0xff << 32
 	wrIdxMask  = 0xffffffff
 )
@@ -47,10 +53,17 @@ const ctlReserve = 8
 // maxOneSided is how many one-sided operations a connection keeps in flight.
 const maxOneSided = 16
 
+// maxRendezvous is how many messages larger than the peer's receive buffers
+// a connection has in flight in each direction (rendezvous.go). Each side
+// posts this many receives beyond its credits, so the peer's "done" answers
+// never need a credit; and the send queue has room for a window bind or
+// invalidate, an RDMA READ and a done per rendezvous.
+const maxRendezvous = 8
+
 func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err error) {
-	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers, nSend: cfg.SendBuffers,
+	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers + maxRendezvous, nSend: cfg.SendBuffers,
 		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided}
-	e.sqDepth = e.nSend + e.maxMsgs + e.maxOps + ctlReserve
+	e.sqDepth = e.nSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
 	defer func() {
 		if err != nil {
 			e.close()
@@ -95,6 +108,9 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 			return nil, err
 		}
 		e.send = append(e.send, b)
+	}
+	if e.rvDesc, err = e.dev.pool.Get(e.maxMsgs * wire.RendezvousLen); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -169,6 +185,9 @@ func (e *endpoint) close() error {
 		b.Release()
 	}
 	e.send = nil
+	if e.rvDesc.Valid() {
+		e.rvDesc.Release()
+	}
 	if e.dev != nil {
 		e.dev.release()
 		e.dev = nil

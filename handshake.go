@@ -23,8 +23,12 @@ const (
 // readDepth is how many RDMA reads each side may have outstanding.
 const readDepth = 4
 
-func (c *Config) hello() []byte {
-	h := wire.Hello{Version: wire.Version, Credits: uint16(c.RecvBuffers), RecvBufSize: uint32(c.BufferSize)}
+// hello is this side's half of the handshake: its credits, its receive
+// buffer size and the largest message it accepts (larger than a receive
+// buffer: the pool's largest buffer, read by rendezvous).
+func (c *Conn) hello() []byte {
+	h := wire.Hello{Version: wire.Version, Credits: uint16(c.cfg.RecvBuffers), RecvBufSize: uint32(c.cfg.BufferSize),
+		MaxMsgSize: uint32(c.maxRecvMessage())}
 	return h.AppendTo(nil)
 }
 
@@ -157,7 +161,7 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 		return nil, err
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
-	if err = id.Connect(rdmacm.ConnParam{PrivateData: cfg.hello(), ResponderResources: depth, InitiatorDepth: depth,
+	if err = id.Connect(rdmacm.ConnParam{PrivateData: c.hello(), ResponderResources: depth, InitiatorDepth: depth,
 		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
@@ -228,7 +232,7 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 		return nil, fail(err)
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
-	if err = child.Accept(rdmacm.ConnParam{PrivateData: cfg.hello(), ResponderResources: depth, InitiatorDepth: depth,
+	if err = child.Accept(rdmacm.ConnParam{PrivateData: c.hello(), ResponderResources: depth, InitiatorDepth: depth,
 		RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}

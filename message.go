@@ -27,8 +27,8 @@ import (
 // handle is stale (Bytes returns nil) and the memory receives new data.
 
 // ErrMessageTooLarge: a message does not fit the peer's receive buffers.
-var ErrMessageTooLarge = errors.New("message larger than the peer's receive buffers " +
-	"(see MaxMessageSize; raise Config.BufferSize on both sides, or move bulk data with Export and WriteRemote)")
+var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
+	"(see Conn.MaxMessageSize; raise the peer's Config.MaxMessageSize, or move bulk data with Export and WriteRemote)")
 
 // recvSlot returns a receive buffer lent to the user to the connection.
 type recvSlot struct {
@@ -56,14 +56,18 @@ func (c *Conn) initMessages() {
 		c.msgFree = append(c.msgFree, i)
 	}
 	c.initOneSided()
+	c.initRendezvous()
 }
 
-// MaxMessageSize is the largest message Send accepts: the peer's receive
-// buffer size.
+// MaxMessageSize is the largest message Send accepts. Up to the peer's
+// receive buffer size a message is sent into a receive buffer; above it
+// (up to the largest pool buffer, 4 MiB by default, on devices with memory
+// windows) the peer reads it from the sender's buffer with one RDMA READ.
+// Either way it arrives whole and is never copied.
 func (c *Conn) MaxMessageSize() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.peerBufSize
+	return c.peerMaxMsg
 }
 
 // Alloc returns a registered buffer of n bytes (up to the pool's largest
@@ -109,14 +113,16 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if b.Len() > c.peerBufSize {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerBufSize)
+	if b.Len() > c.peerMaxMsg {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
 	}
+	large := b.Len() > c.peerBufSize
 	for {
 		if err := c.writeErrLocked(); err != nil {
 			return err
 		}
-		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqInFlight < c.ep.sqDepth-ctlReserve/2 {
+		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqInFlight < c.ep.sqDepth-ctlReserve/2-1 &&
+			(!large || c.rvOut < maxRendezvous) {
 			break
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline); err != nil {
@@ -128,6 +134,14 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	c.msgSend[slot] = b
 	c.msgAsync[slot] = async
 	c.msgID[slot] = id
+	if large {
+		if err := c.sendRendezvousLocked(b, slot); err != nil {
+			c.msgSend[slot] = buffer.Buf{}
+			c.msgFree = append(c.msgFree, slot)
+			return err
+		}
+		return nil
+	}
 	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
 		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
 	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
@@ -223,12 +237,17 @@ func (c *Conn) recvEnd() (buffer.Buf, error) {
 	return buffer.Buf{}, io.EOF
 }
 
-// deliverMessageLocked lends receive buffer idx to the user. The channel has
-// room for every receive buffer, so this never blocks the poller.
+// deliverMessageLocked lends receive buffer idx to the user, or queues it
+// behind a large message still being read. The channel has room for every
+// receive buffer, so this never blocks the poller.
 func (c *Conn) deliverMessageLocked(idx, n int) {
 	b := c.ep.recv[idx]
 	b.SetLen(n)
 	c.lent[idx] = true
+	if c.inLen > 0 {
+		c.inboxPushLocked(idx)
+		return
+	}
 	c.msgs <- b
 }
 
@@ -240,7 +259,7 @@ func (c *Conn) recycleRecv(idx int, b buffer.Buf) {
 	c.lent[idx] = false
 	if c.released {
 		b.Free() // the connection is gone: back to the pool
-		c.ep.dev.bufReturned()
+		c.dev.bufReturned()
 		return
 	}
 	c.ep.recv[idx] = b

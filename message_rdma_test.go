@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math/rand"
 	"strings"
 	"testing"
@@ -13,18 +14,26 @@ import (
 	"github.com/gordma/rdma/internal/rdmatest"
 )
 
-// TestMessages: messages of random sizes arrive whole, in order, without copies.
+// TestMessages: messages of random sizes arrive whole, in order, without
+// copies: up to a receive buffer sent into one, a few larger ones (up to
+// 1 MiB) read from the sender by rendezvous in between.
 func TestMessages(t *testing.T) {
 	c, s, ln := connPair(t, nil)
 	defer ln.Close()
 	defer c.Close()
 	defer s.Close()
 	const n = 2000
-	max := c.MaxMessageSize()
+	small := c.peerBufSize
+	if c.MaxMessageSize() < 1<<20 {
+		t.Fatalf("MaxMessageSize %d: large messages are not enabled", c.MaxMessageSize())
+	}
 	rng := rand.New(rand.NewSource(1))
 	sizes := make([]int, n)
 	for i := range sizes {
-		sizes[i] = 1 + rng.Intn(max)
+		sizes[i] = 1 + rng.Intn(small)
+		if i%50 == 7 {
+			sizes[i] = small + 1 + rng.Intn(1<<20-small)
+		}
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -91,20 +100,24 @@ func TestMessages(t *testing.T) {
 	}
 }
 
-// TestMessageLimits: oversized messages are refused clearly; a receiver that
-// holds its messages stops the sender (credits) without losing anything.
+// TestMessageLimits: messages above the receiver's Config.MaxMessageSize are
+// refused clearly; a receiver that holds its messages stops the sender
+// (credits) without losing anything.
 func TestMessageLimits(t *testing.T) {
-	cfg := &Config{RecvBuffers: 8, BufferSize: 4096}
+	cfg := &Config{RecvBuffers: 8, BufferSize: 4096, MaxMessageSize: 10000}
 	c, s, ln := connPair(t, cfg)
 	defer ln.Close()
 	defer c.Close()
 	defer s.Close()
-	big, err := c.Alloc(4097)
+	if got := c.MaxMessageSize(); got != 10000 {
+		t.Fatalf("MaxMessageSize %d, want the peer's 10000", got)
+	}
+	big, err := c.Alloc(10001)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Send(context.Background(), big); !errors.Is(err, ErrMessageTooLarge) {
-		t.Fatalf("Send beyond the peer's buffers: %v", err)
+		t.Fatalf("Send beyond the peer's limit: %v", err)
 	}
 	// The receiver holds every message: after the credits run out Send blocks.
 	sent := 0
@@ -452,20 +465,7 @@ func TestManyConnsOnePoller(t *testing.T) {
 // TestPoolExhausted: when the device's pool is exhausted Alloc fails with a
 // clear error, nothing is corrupted, and releasing makes room again.
 func TestPoolExhausted(t *testing.T) {
-	// PoolMaxBytes applies when a device is set up: wait for the previous
-	// tests' connections (closed asynchronously by their servers) to free it.
-	rdmatest.Require(t)
-	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
-		devices.mu.Lock()
-		n := len(devices.m)
-		devices.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a device is still set up although every earlier connection was closed")
-		}
-	}
+	waitNoDevice(t)
 	cfg := &Config{RecvBuffers: 4, SendBuffers: 2, BufferSize: 4096, PoolMaxBytes: 8 << 20}
 	c, s, ln := connPair(t, cfg)
 	defer ln.Close()
@@ -500,5 +500,216 @@ func TestPoolExhausted(t *testing.T) {
 	b.Release()
 	for _, b := range held[1:] {
 		b.Release()
+	}
+}
+
+// fill writes a pattern that differs per message and per position.
+func fill(p []byte, seed int) {
+	for j := range p {
+		p[j] = byte(seed*7 + j + j>>8)
+	}
+}
+
+func checkFill(t *testing.T, p []byte, seed, want int) {
+	t.Helper()
+	if len(p) != want {
+		t.Fatalf("message %d: %d bytes, want %d", seed, len(p), want)
+	}
+	for j := range p {
+		if p[j] != byte(seed*7+j+j>>8) {
+			t.Fatalf("message %d: byte %d is %d, want %d", seed, j, p[j], byte(seed*7+j+j>>8))
+		}
+	}
+}
+
+// TestLargeMessages: messages larger than a receive buffer arrive whole and
+// in order among small ones (a small one sent behind a large one waits for
+// it), PostSend reports a large send when the peer has read it and the
+// sender's buffer is back in the pool, and Close delivers a large message
+// sent just before it.
+func TestLargeMessages(t *testing.T) {
+	cfg := &Config{RecvBuffers: 16, BufferSize: 4096}
+	c, s, ln := connPair(t, cfg)
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(60*time.Second))
+	defer cancel()
+
+	sizes := []int{4097, 10, 1 << 20, 1, 4096, 3 << 20, 100, 4 << 20, 200000, 7}
+	for round := 0; round < 3; round++ {
+		go func() {
+			for i, n := range sizes {
+				b, err := c.Alloc(n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				fill(b.Bytes(), round*100+i)
+				if err := c.Send(ctx, b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		var held []buffer.Buf // hold some: each keeps a receive buffer (credit) until released
+		for i, n := range sizes {
+			b, err := s.Recv(ctx)
+			if err != nil {
+				t.Fatalf("round %d message %d: %v", round, i, err)
+			}
+			checkFill(t, b.Bytes(), round*100+i, n)
+			if i%3 == 0 {
+				held = append(held, b)
+			} else {
+				b.Release()
+			}
+		}
+		for _, b := range held {
+			b.Release()
+		}
+	}
+
+	// PostSend: the completion comes once the peer has read the message.
+	b, _ := c.Alloc(1 << 20)
+	fill(b.Bytes(), 5)
+	inUse := c.dev.pool.Stats().InUseBytes
+	if err := c.PostSend(ctx, b, 42); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFill(t, r.Bytes(), 5, 1<<20)
+	select {
+	case oc := <-c.Completions():
+		if oc.ID != 42 || oc.Err != nil {
+			t.Fatalf("completion %+v", oc)
+		}
+	case <-ctx.Done():
+		t.Fatal("no completion for a large PostSend")
+	}
+	if b.Valid() {
+		t.Fatal("the sender's buffer is still live after its completion")
+	}
+	// The receiver's copy is its own pool buffer until released.
+	if got := c.dev.pool.Stats().InUseBytes; got != inUse {
+		t.Fatalf("pool in use %d after the send completed, want %d (the receiver's 1 MiB)", got, inUse)
+	}
+	r.Release()
+
+	// Close right after a large Send: the peer still reads it, then sees EOF.
+	b, _ = c.Alloc(2 << 20)
+	fill(b.Bytes(), 9)
+	if err := c.Send(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	r, err = s.Recv(ctx)
+	if err != nil {
+		t.Fatalf("large message sent before Close: %v", err)
+	}
+	checkFill(t, r.Bytes(), 9, 2<<20)
+	r.Release()
+	if _, err := s.Recv(ctx); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last message: %v, want EOF", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLargeMessagePoolExhausted: a receiver whose pool has no buffer for an
+// announced large message waits (off the poller) until one is released;
+// nothing is lost or reordered meanwhile.
+func TestLargeMessagePoolExhausted(t *testing.T) {
+	waitNoDevice(t)
+	cfg := &Config{RecvBuffers: 4, SendBuffers: 4, BufferSize: 4096, PoolMaxBytes: 16 << 20}
+	c, s, ln := connPair(t, cfg)
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(30*time.Second))
+	defer cancel()
+	const size = 1 << 20
+	var held []buffer.Buf
+	for {
+		b, err := c.Alloc(size)
+		if errors.Is(err, buffer.ErrExhausted) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, b)
+	}
+	if len(held) < 4 {
+		t.Fatalf("only %d 1 MiB buffers fit the pool", len(held))
+	}
+	// Free two: the sender takes both for its messages, the receiver has none.
+	held[0].Release()
+	held[1].Release()
+	held = held[2:]
+	exhausted := c.dev.pool.Stats().Exhausted
+	var msgs []buffer.Buf
+	for i := 0; i < 2; i++ {
+		b, err := c.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b.Bytes(), i)
+		msgs = append(msgs, b)
+	}
+	for _, b := range msgs {
+		if err := c.Send(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := c.Alloc(10) // a small one behind them must wait for them
+	fill(b.Bytes(), 2)
+	if err := c.Send(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-s.Messages():
+		t.Fatalf("a %d-byte message arrived although the receiver's pool was exhausted", m.Len())
+	case <-time.After(rdmatest.Scale(300 * time.Millisecond)):
+	}
+	if got := c.dev.pool.Stats().Exhausted; got == exhausted {
+		t.Fatal("the receiver did not find the pool exhausted")
+	}
+	held[0].Release() // room for the first; its done frees the sender's buffer for the second
+	held = held[1:]
+	for i, want := range []int{size, size, 10} {
+		r, err := s.Recv(ctx)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		checkFill(t, r.Bytes(), i, want)
+		r.Release()
+	}
+	for _, b := range held {
+		b.Release()
+	}
+}
+
+// waitNoDevice waits for the previous tests' connections (closed
+// asynchronously by their servers) to free the device, so that the next
+// connection sets it up with its own Config (PoolMaxBytes applies then).
+func waitNoDevice(t *testing.T) {
+	t.Helper()
+	rdmatest.Require(t)
+	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
+		devices.mu.Lock()
+		n := len(devices.m)
+		devices.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a device is still set up although every earlier connection was closed")
+		}
 	}
 }

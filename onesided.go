@@ -74,7 +74,7 @@ func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	if access&RemoteRead != 0 {
 		flags |= verbs.AccessRemoteRead
 	}
-	mr, err := c.ep.dev.pd.RegMR(b.Bytes(), flags)
+	mr, err := c.dev.pd.RegMR(b.Bytes(), flags)
 	if err != nil {
 		b.Release()
 		return nil, c.opError("export", err)

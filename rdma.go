@@ -50,6 +50,11 @@ type Config struct {
 	// larger than the peer's buffer size are split. 0 means 32 KiB; the
 	// minimum is 64.
 	BufferSize int
+	// MaxMessageSize is the largest message this side accepts on the message
+	// view; messages above BufferSize are read from the sender's memory by
+	// RDMA READ into a pool buffer of their size. 0 means the pool's largest
+	// buffer (4 MiB, or BufferSize if larger); never less than BufferSize.
+	MaxMessageSize int
 	// ConnectTimeout bounds address and route resolution and the handshake
 	// when the dialer has no earlier deadline. 0 means 15 s.
 	ConnectTimeout time.Duration

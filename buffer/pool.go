@@ -163,6 +163,9 @@ func NewPool(reg Registrar, opt Options) (*Pool, error) {
 	return p, nil
 }
 
+// MaxSize is the largest buffer Get can return (the largest size class).
+func (p *Pool) MaxSize() int { return p.classes[len(p.classes)-1].size }
+
 // Get returns a buffer of the smallest class >= n with Len() == n. It never
 // blocks: if every buffer of that class is in use and MaxBytes is reached it
 // returns ErrExhausted.

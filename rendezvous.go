@@ -1,0 +1,303 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gordma/rdma/buffer"
+	"github.com/gordma/rdma/internal/verbs"
+	"github.com/gordma/rdma/internal/wire"
+)
+
+// Rendezvous: a message larger than the peer's receive buffers moves by one
+// RDMA READ, still without a copy on either side.
+//
+//	sender                                   receiver
+//	bind a window to b (remote read, this QP)
+//	SEND KindRendezvous {id, addr, len, rkey}  -> takes a receive buffer (a credit)
+//	                                            Get a pool buffer of len
+//	                         <- RDMA READ ---   read b into it
+//	                                            deliver it on Messages() in order
+//	               <- SEND KindRendezvousDone id (no credit: a reserved receive)
+//	invalidate the window, release b
+//
+// The sender's memory is reachable only through a type 2 memory window:
+// bound to exactly b, valid on this connection's QP alone, and revoked as
+// soon as the receiver says it is done (or the connection ends). Binding a
+// window registers nothing, so the data path still never calls ibv_reg_mr.
+//
+// The announcement holds its receive buffer until the user releases the
+// delivered message, so a receiver lends out no more than its receive
+// buffers' worth of messages, as for small ones. Messages keep their order:
+// one that arrives behind a rendezvous still being read waits in the inbox.
+
+// rvState is where an incoming rendezvous is.
+type rvState uint8
+
+const (
+	rvNone     rvState = iota // a small message (or nothing)
+	rvNeedBuf                 // announced; no buffer yet
+	rvWaitPool                // the pool is exhausted; a goroutine waits for a buffer
+	rvNeedPost                // has a buffer; the READ waits for send-queue room
+	rvReading                 // READ posted
+	rvReady                   // read; deliverable in order
+)
+
+// rvRecv is one incoming rendezvous, by the receive buffer that carried it.
+type rvRecv struct {
+	state rvState
+	desc  wire.Rendezvous
+	buf   buffer.Buf
+}
+
+// bigSlot takes back a delivered large message: the buffer returns to the
+// pool and the announcement's receive buffer is reposted (its credit goes
+// back to the peer).
+type bigSlot struct {
+	c   *Conn
+	idx int
+}
+
+func (r *bigSlot) Recycle(b buffer.Buf) {
+	b.Free()
+	c := r.c
+	c.mu.Lock()
+	rb := c.ep.recv[r.idx]
+	c.mu.Unlock()
+	c.recycleRecv(r.idx, rb)
+}
+
+// maxRecvMessage is the largest message this side accepts (Config.MaxMessageSize).
+func (c *Conn) maxRecvMessage() int {
+	limit := c.dev.pool.MaxSize()
+	if m := c.cfg.MaxMessageSize; m > 0 {
+		limit = min(limit, m)
+	}
+	return max(limit, c.cfg.BufferSize)
+}
+
+func (c *Conn) initRendezvous() {
+	c.rvIn = make([]rvRecv, c.ep.nRecv)
+	c.bigSlots = make([]bigSlot, c.ep.nRecv)
+	for i := range c.bigSlots {
+		c.bigSlots[i] = bigSlot{c, i}
+	}
+	c.inbox = make([]int, c.ep.nRecv)
+	c.rvDone = make([]uint32, 0, c.ep.nRecv)
+	c.rvMW = make([]*verbs.MW, c.ep.maxMsgs)
+	c.rvSending = make([]bool, c.ep.maxMsgs)
+	c.rvCtx, c.rvCancel = context.WithCancel(context.Background())
+}
+
+// sendRendezvousLocked lends b to the peer through send slot slot's window
+// and announces it. The caller reserved the slot, a credit and two
+// send-queue entries.
+func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
+	mw := c.rvMW[slot]
+	if mw == nil {
+		var err error
+		if mw, err = c.dev.pd.AllocMW(); err != nil {
+			return err
+		}
+		c.rvMW[slot] = mw
+	}
+	mr := c.dev.reg.mr(b)
+	if mr == nil {
+		return errors.New("rendezvous: the buffer's memory registration is gone")
+	}
+	rkey, err := c.ep.qp.PostBindMW(c.ep.wrid(wrBind, slot), mw, mr, b.Addr(), uint64(b.Len()), verbs.AccessRemoteRead)
+	if err != nil {
+		c.failLocked(err)
+		return err
+	}
+	c.sqInFlight++
+	off := slot * wire.RendezvousLen
+	wire.Rendezvous{ID: uint32(slot), Region: wire.Region{Addr: b.Addr(), Len: uint32(b.Len()), RKey: rkey}}.
+		AppendTo(c.ep.rvDesc.Full()[off:off])
+	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendRv, slot), Addr: c.ep.rvDesc.Addr() + uint64(off), Len: wire.RendezvousLen,
+		LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+		Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+		c.failLocked(err) // the window stays bound until release deallocates it
+		return err
+	}
+	c.rvSending[slot] = true
+	c.rvOut++
+	c.sqInFlight++
+	c.pending = 0
+	c.credits--
+	return nil
+}
+
+// rendezvousDoneLocked: the peer has read the message of send slot id, so
+// revoke its window; the buffer is released when the invalidate completes.
+func (c *Conn) rendezvousDoneLocked(id uint32) {
+	if int(id) >= len(c.rvSending) || !c.rvSending[id] {
+		c.failLocked(fmt.Errorf("%w: peer finished rendezvous %d, which is not outstanding", ErrProtocol, id))
+		return
+	}
+	c.rvSending[id] = false
+	if c.qpDown {
+		return // release revokes the window
+	}
+	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrInval, int(id)), Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled,
+		RKey: c.rvMW[id].RKey()}
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+		c.failLocked(err)
+		return
+	}
+	c.sqInFlight++
+}
+
+// rendezvousInLocked handles an announcement received in receive buffer idx.
+func (c *Conn) rendezvousInLocked(idx, n int) {
+	d, err := wire.ParseRendezvous(c.ep.recv[idx].Full()[:n])
+	if err != nil {
+		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err))
+		return
+	}
+	if limit := c.maxRecvMessage(); int(d.Region.Len) > limit {
+		c.failLocked(fmt.Errorf("%w: peer announced a %d-byte message; this side accepts %d", ErrProtocol, d.Region.Len, limit))
+		return
+	}
+	c.lent[idx] = true // held until the message is released
+	c.rvIn[idx] = rvRecv{state: rvNeedBuf, desc: d}
+	c.inboxPushLocked(idx)
+	c.rvStalled++
+	c.pumpRendezvousLocked()
+}
+
+// pumpRendezvousLocked moves incoming rendezvous forward (buffer, READ) and
+// sends the done answers that wait for send-queue room.
+func (c *Conn) pumpRendezvousLocked() {
+	for len(c.rvDone) > 0 && !c.qpDown && c.sqInFlight < c.ep.sqDepth {
+		c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}
+		if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+			c.failLocked(err)
+			return
+		}
+		c.sqInFlight++
+		c.rvDone = append(c.rvDone[:0], c.rvDone[1:]...)
+	}
+	for i := 0; i < c.inLen && c.rvStalled > 0 && !c.qpDown; i++ {
+		idx := c.inbox[(c.inHead+i)%len(c.inbox)]
+		r := &c.rvIn[idx]
+		if r.state == rvNeedBuf {
+			b, err := c.dev.pool.Get(int(r.desc.Region.Len))
+			switch {
+			case errors.Is(err, buffer.ErrExhausted):
+				// Wait off the poller; the message stays in order meanwhile.
+				r.state = rvWaitPool
+				go c.awaitBuffer(idx, int(r.desc.Region.Len))
+				continue
+			case err != nil:
+				c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", r.desc.Region.Len, err))
+				return
+			}
+			r.buf, r.state = b, rvNeedPost
+		}
+		if r.state == rvNeedPost && c.rvReads < maxRendezvous && c.sqInFlight < c.ep.sqDepth {
+			c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrReadRv, idx), Addr: r.buf.Addr(), Len: r.desc.Region.Len,
+				LKey: r.buf.LKey(), Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}
+			if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+				c.failLocked(err)
+				return
+			}
+			r.state = rvReading
+			c.rvReads++
+			c.sqInFlight++
+			c.rvStalled--
+		}
+	}
+}
+
+// awaitBuffer waits for the pool to have a buffer for the rendezvous in
+// receive buffer idx; nothing is lost meanwhile, the peer's buffer stays
+// lent to us.
+func (c *Conn) awaitBuffer(idx, n int) {
+	b, err := c.dev.pool.GetWait(c.rvCtx, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released || c.rvIn[idx].state != rvWaitPool {
+		if err == nil {
+			b.Free()
+		}
+		return
+	}
+	if err != nil {
+		if c.rvCtx.Err() == nil {
+			c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", n, err))
+		}
+		return
+	}
+	c.rvIn[idx].buf, c.rvIn[idx].state = b, rvNeedPost
+	c.pumpRendezvousLocked()
+}
+
+// readDoneLocked: the READ of the rendezvous in receive buffer idx ended.
+func (c *Conn) readDoneLocked(idx int, wc *verbs.WC) {
+	c.rvReads--
+	if wc.Status != verbs.WCSuccess {
+		c.sendFailedLocked(wc)
+		return
+	}
+	r := &c.rvIn[idx]
+	r.state = rvReady
+	c.rvDone = append(c.rvDone, r.desc.ID)
+	c.pumpRendezvousLocked()
+	c.drainInboxLocked()
+}
+
+// inboxPushLocked queues receive buffer idx's message behind the ones not
+// yet delivered.
+func (c *Conn) inboxPushLocked(idx int) {
+	c.inbox[(c.inHead+c.inLen)%len(c.inbox)] = idx
+	c.inLen++
+}
+
+// drainInboxLocked delivers the messages at the head of the inbox that are
+// complete. Messages() has room for every receive buffer, and each queued
+// message holds one, so this never blocks.
+func (c *Conn) drainInboxLocked() {
+	for c.inLen > 0 && !c.msgsClosed {
+		idx := c.inbox[c.inHead]
+		r := &c.rvIn[idx]
+		switch r.state {
+		case rvNone:
+			c.msgs <- c.ep.recv[idx]
+		case rvReady:
+			r.buf.SetRecycler(&c.bigSlots[idx])
+			c.msgs <- r.buf
+			*r = rvRecv{}
+		default:
+			return // still being read: everything behind it waits
+		}
+		c.inHead = (c.inHead + 1) % len(c.inbox)
+		c.inLen--
+	}
+}
+
+// releaseRendezvousLocked frees what rendezvous hold when the connection is
+// released: undelivered messages and their receive buffers, and our windows
+// (deallocating one revokes it) before the buffers they expose are released.
+func (c *Conn) releaseRendezvousLocked() {
+	c.rvCancel()
+	for ; c.inLen > 0; c.inLen-- {
+		idx := c.inbox[c.inHead]
+		c.inHead = (c.inHead + 1) % len(c.inbox)
+		if c.rvIn[idx].buf.Valid() {
+			c.rvIn[idx].buf.Free()
+		}
+		c.rvIn[idx] = rvRecv{}
+		c.lent[idx] = false // freed with the receive ring
+	}
+	for i, mw := range c.rvMW {
+		if mw != nil {
+			mw.Close()
+			c.rvMW[i] = nil
+		}
+	}
+}
