@@ -78,6 +78,7 @@ func (c *Conn) msgDoneLocked(idx int, err error) {
 	c.msgSend[idx] = buffer.Buf{}
 	c.msgFree = append(c.msgFree, idx)
 	if c.msgAsync[idx] {
+		c.asyncOut--
 		c.opDone <- OpCompletion{ID: c.msgID[idx], Err: err}
 	}
 }

@@ -76,6 +76,7 @@ type Conn struct {
 	ops        []opSlot
 	opFree     []int
 	opDone     chan OpCompletion
+	asyncOut   int // asynchronous operations posted whose completion is not yet on opDone
 	exports    map[*Export]struct{}
 	toRelease  []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
 
@@ -551,6 +552,7 @@ func (c *Conn) release() error {
 	for i, b := range c.msgSend {
 		if b.Valid() {
 			if c.msgAsync[i] {
+				c.asyncOut--
 				c.opDone <- OpCompletion{ID: c.msgID[i], Err: net.ErrClosed}
 			}
 			b.Release()

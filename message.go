@@ -114,12 +114,19 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b.Len() > c.peerMaxMsg {
+		if !c.dev.windows {
+			return fmt.Errorf("%w: %d bytes, limit %d (the peer's receive buffer size: this device has no type 2 "+
+				"memory windows to lend a larger message through)", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
+		}
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
 	}
 	large := b.Len() > c.peerBufSize
 	for {
 		if err := c.writeErrLocked(); err != nil {
 			return err
+		}
+		if async && !c.asyncRoomLocked() {
+			return ErrCompletionsFull
 		}
 		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqInFlight < c.ep.sqDepth-ctlReserve/2-1 &&
 			(!large || c.rvOut < maxRendezvous) {
@@ -140,6 +147,9 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 			c.msgFree = append(c.msgFree, slot)
 			return err
 		}
+		if async {
+			c.asyncOut++
+		}
 		return nil
 	}
 	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
@@ -153,6 +163,9 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	c.pending = 0
 	c.credits--
 	c.sqInFlight++
+	if async {
+		c.asyncOut++
+	}
 	return nil
 }
 

@@ -713,3 +713,51 @@ func waitNoDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestCompletionsFull: asynchronous posts stop with a clear error while
+// Completions() could not take their results (the poller never blocks on
+// it), and work again once the user drains it.
+func TestCompletionsFull(t *testing.T) {
+	c, s, ln := connPair(t, &Config{SendBuffers: 2})
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	go func() {
+		for m := range s.Messages() {
+			m.Release()
+		}
+	}()
+	posted := 0
+	var err error
+	for ; posted < 1000; posted++ {
+		b, _ := c.Alloc(64)
+		if err = c.PostSend(ctx, b, uint64(posted)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrCompletionsFull) {
+		t.Fatalf("after %d undrained PostSends: %v, want ErrCompletionsFull", posted, err)
+	}
+	if posted != cap(c.Completions()) {
+		t.Fatalf("refused after %d posts, want %d (the channel's capacity)", posted, cap(c.Completions()))
+	}
+	for i := 0; i < posted; i++ {
+		select {
+		case oc := <-c.Completions():
+			if oc.Err != nil || oc.ID != uint64(i) {
+				t.Fatalf("completion %d: %+v", i, oc)
+			}
+		case <-ctx.Done():
+			t.Fatalf("completion %d missing", i)
+		}
+	}
+	b, _ := c.Alloc(64)
+	if err := c.PostSend(ctx, b, 7); err != nil {
+		t.Fatalf("PostSend after draining: %v", err)
+	}
+	if oc := <-c.Completions(); oc.ID != 7 || oc.Err != nil {
+		t.Fatalf("completion %+v", oc)
+	}
+}

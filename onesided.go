@@ -28,6 +28,17 @@ import (
 // Connections on one device share a protection domain, so an rkey is valid
 // on all of them: treat descriptors as secrets shared with one peer.
 
+// ErrCompletionsFull: an asynchronous operation was not posted because its
+// completion might not fit Completions(), which the poller must never block on.
+var ErrCompletionsFull = errors.New("Completions() is full: receive the completions of earlier " +
+	"PostSend, PostWriteRemote and PostReadRemote calls before posting more")
+
+// asyncRoomLocked reports whether one more asynchronous operation's
+// completion is sure to fit Completions(). Only the poller sends on it
+// (under c.mu, held here) and the user only takes from it, so the check
+// stays true until the operation is posted.
+func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+len(c.opDone) < cap(c.opDone) }
+
 // ErrRemoteAccess: the remote side refused a one-sided access (outside the
 // exported range, without the right, or after the export ended).
 var ErrRemoteAccess = errors.New("remote access refused (outside the exported range, not permitted, or export closed)")
@@ -200,6 +211,10 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 			c.mu.Unlock()
 			return c.opError(op, err)
 		}
+		if async && !c.asyncRoomLocked() {
+			c.mu.Unlock()
+			return c.opError(op, ErrCompletionsFull)
+		}
 		if len(c.opFree) > 0 && (!needCredit || c.credits >= 2) {
 			break
 		}
@@ -229,6 +244,9 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	if needCredit {
 		c.credits--
+	}
+	if async {
+		c.asyncOut++
 	}
 	c.sqInFlight++
 	c.mu.Unlock()
@@ -279,6 +297,7 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 	*release = append(*release, s.local)
 	s.local = buffer.Buf{}
 	if s.async {
+		c.asyncOut--
 		c.opDone <- OpCompletion{ID: s.id, Err: err}
 	} else {
 		s.done <- err
