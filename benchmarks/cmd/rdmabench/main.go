@@ -4,7 +4,7 @@
 //   - latency (ping-pong, 8 B, 64 B, 4 KiB): our Conn, ib_send_lat -R,
 //     ib_write_lat -R and TCP; one-way (half the round trip), median, p99, p99.9 µs;
 //   - bandwidth (4 KiB, 64 KiB, 1 MiB messages): our Conn.Write stream,
-//     ib_send_bw -R, ib_write_bw -R and TCP; MB/s with MB = 10^6 bytes;
+//     ib_send_bw -R, ib_write_bw -R, ib_read_bw -R and TCP; MB/s with MB = 10^6 bytes;
 //   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP.
 //
 // Each case runs -reps times, interleaved with its baselines, and the median
@@ -132,7 +132,7 @@ func main() {
 			h.serverCPU, h.clientCPU = 0, 1
 		}
 	}
-	for _, tool := range []string{"ib_send_lat", "ib_write_lat", "ib_send_bw", "ib_write_bw"} {
+	for _, tool := range []string{"ib_send_lat", "ib_write_lat", "ib_send_bw", "ib_write_bw", "ib_read_bw"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			h.logf("warning: %s not found (install perftest); its baseline will fail", tool)
 		}
@@ -233,7 +233,7 @@ func privateCopy() (path string, cleanup func(), err error) {
 func usage() {
 	out := flag.CommandLine.Output()
 	fmt.Fprintf(out, "usage: rdmabench [flags]\n\n"+
-		"Measures this library's Conn against perftest (ib_send_lat/ib_write_lat/ib_send_bw/ib_write_bw -R)\n"+
+		"Measures this library's Conn against perftest (ib_send_lat/ib_write_lat/ib_send_bw/ib_write_bw/ib_read_bw -R)\n"+
 		"and TCP on 127.0.0.1: latency, bandwidth and message rate. Run it where an RDMA device exists,\n"+
 		"e.g. scripts/softroce run -- .build/bin/rdmabench -quick. Flags:\n\n")
 	flag.VisitAll(func(f *flag.Flag) {

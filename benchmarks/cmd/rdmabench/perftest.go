@@ -38,6 +38,7 @@ var perftestTools = []perftestTool{
 	{"ib_write_lat", Latency},
 	{"ib_send_bw", Bandwidth},
 	{"ib_write_bw", Bandwidth},
+	{"ib_read_bw", Bandwidth}, // the ceiling of messages above a receive buffer (one RDMA READ each)
 	{"ib_send_bw", Rate},
 }
 
