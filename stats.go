@@ -11,11 +11,14 @@ type ConnStats struct {
 	// other connections it serves): cgo poll calls (each spins inside C for up
 	// to the spin budget), completions they returned, and times it slept.
 	PollCalls, Completions, PollerSleeps uint64
+	// InlinePolls counts polls made by callers waiting in Read, Recv and the
+	// like instead of waking the poller (they share the poller's CQ).
+	InlinePolls uint64
 }
 
 // Stats returns the connection's counters.
 func (c *Conn) Stats() ConnStats {
 	calls, wrs := c.ep.qp.PostStats()
 	ps := c.ep.poller.Stats()
-	return ConnStats{PostCalls: calls, WorkRequests: wrs, PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps}
+	return ConnStats{PostCalls: calls, WorkRequests: wrs, PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, InlinePolls: ps.InlinePolls}
 }
