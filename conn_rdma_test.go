@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 
 	"golang.org/x/net/nettest"
 
+	"github.com/gordma/rdma/buffer"
 	"github.com/gordma/rdma/internal/rdmatest"
 )
 
@@ -38,9 +40,52 @@ func listenTest(t testing.TB, cfg *Config) *Listener {
 	return ln
 }
 
-// connPair returns both ends of one connection.
+func init() { trackAllocations = true } // leak reports name where each buffer was allocated
+
+// checkLeaksAtEnd makes t, once it and its deferred closes are done, wait
+// for every device to be torn down (which needs every buffer of its pool
+// back: a Buf still out is reported with the stack that allocated it) and
+// for the process's QPs, CQs, MRs, cm_ids and goroutines to come back to
+// what they were now.
+func checkLeaksAtEnd(t testing.TB) {
+	t.Helper()
+	rdmatest.Require(t)
+	base := rdmatest.Resources(t)
+	delete(base, "pd") // librdmacm keeps a PD per device once it has seen it
+	baseG := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(rdmatest.Scale(3 * time.Second))
+		for {
+			devices.mu.Lock()
+			var leaks []buffer.Leak
+			for _, d := range devices.m {
+				leaks = append(leaks, d.pool.Leaks()...)
+			}
+			n := len(devices.m)
+			devices.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				var sb strings.Builder
+				for _, l := range leaks {
+					fmt.Fprintf(&sb, "%d-byte buffer allocated at:\n%s\n", l.Size, l.Stack)
+				}
+				t.Fatalf("%d device(s) still set up after the test: %d buffer(s) never released\n%s", n, len(leaks), sb.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		res := rdmatest.Resources(t)
+		base["pd"] = res["pd"]
+		rdmatest.CheckNoLeaks(t, base, baseG)
+	})
+}
+
+// connPair returns both ends of one connection; the test checks for leaks
+// at its end (checkLeaksAtEnd).
 func connPair(t testing.TB, cfg *Config) (client, server *Conn, ln *Listener) {
 	t.Helper()
+	checkLeaksAtEnd(t)
 	ln = listenTest(t, cfg)
 	type res struct {
 		c   *Conn

@@ -29,6 +29,10 @@ type device struct {
 	windows bool
 }
 
+// trackAllocations makes device pools record where each buffer was
+// allocated, for the tests' leak reports (set by the package's tests).
+var trackAllocations bool
+
 var devices struct {
 	mu sync.Mutex
 	m  map[uintptr]*device
@@ -61,7 +65,8 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	if d.windows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself
 	}
-	if d.pool, err = buffer.NewPool(d.reg, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize)}); err != nil {
+	if d.pool, err = buffer.NewPool(d.reg, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize),
+		TrackAllocations: trackAllocations}); err != nil {
 		return nil, err
 	}
 	if d.pollers, err = poller.NewGroup(ctx, cfg.pollerConfig()); err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gordma/rdma/buffer"
 	"github.com/gordma/rdma/internal/rdmatest"
+	"github.com/gordma/rdma/internal/verbs"
+	"github.com/gordma/rdma/internal/wire"
 )
 
 // TestMessages: messages of random sizes arrive whole, in order, without
@@ -341,7 +343,11 @@ func TestOneSidedForged(t *testing.T) {
 
 // TestZeroAllocs: the hot paths allocate nothing per message in steady state.
 func TestZeroAllocs(t *testing.T) {
+	// Allocation-site tracking records a stack per Get; the device set up
+	// here runs without it (the previous test's device is gone by now).
+	trackAllocations = false
 	c, s, ln := connPair(t, nil)
+	trackAllocations = true
 	defer ln.Close()
 	defer c.Close()
 	defer s.Close()
@@ -759,5 +765,71 @@ func TestCompletionsFull(t *testing.T) {
 	}
 	if oc := <-c.Completions(); oc.ID != 7 || oc.Err != nil {
 		t.Fatalf("completion %+v", oc)
+	}
+}
+
+// rawSend posts a message with any kind, value and payload, bypassing
+// the protocol's checks, as a broken or hostile peer could.
+func rawSend(t *testing.T, c *Conn, kind wire.Kind, val uint32, payload []byte) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := copy(c.ep.rvDesc.Full(), payload)
+	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Addr: c.ep.rvDesc.Addr(), Len: uint32(n),
+		LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(kind, val)}
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+		t.Fatal(err)
+	}
+	c.sqInFlight++
+	c.credits--
+}
+
+// TestRendezvousProtocolErrors: what a broken or hostile peer can send about
+// large messages ends the connection with a clear error on the receiving
+// side: no panic, no memory of the receiver read or written, no leak.
+func TestRendezvousProtocolErrors(t *testing.T) {
+	valid := func(c *Conn) wire.Rendezvous {
+		return wire.Rendezvous{ID: 1, Region: wire.Region{Addr: c.ep.rvDesc.Addr(), Len: 100000, RKey: c.ep.rvDesc.LKey()}}
+	}
+	for _, tc := range []struct {
+		name    string
+		kind    wire.Kind
+		val     uint32
+		payload func(c *Conn) []byte
+		want    error
+		wantMsg string
+	}{
+		{"done for a rendezvous never started", wire.KindRendezvousDone, 3, nil, ErrProtocol, "not outstanding"},
+		{"truncated announcement", wire.KindRendezvous, 0, func(*Conn) []byte { return []byte{1, 2, 3} }, ErrProtocol, "truncated"},
+		{"announcement above MaxMessageSize", wire.KindRendezvous, 0, func(c *Conn) []byte {
+			r := valid(c)
+			r.Region.Len = 64 << 20
+			return r.AppendTo(nil)
+		}, ErrProtocol, "accepts"},
+		{"announcement with a forged key", wire.KindRendezvous, 0, func(c *Conn) []byte {
+			return valid(c).AppendTo(nil) // an lkey, never bound for remote read
+		}, ErrRemoteAccess, "remote access error"}, // the sender's NIC refuses the receiver's READ
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, ln := connPair(t, &Config{BufferSize: 4096})
+			defer ln.Close()
+			defer c.Close()
+			defer s.Close()
+			var p []byte
+			if tc.payload != nil {
+				p = tc.payload(c)
+			}
+			rawSend(t, c, tc.kind, tc.val, p)
+			ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
+			defer cancel()
+			_, err := s.Recv(ctx)
+			if err == nil {
+				t.Fatal("the receiver accepted it")
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("Recv: %v, want %v mentioning %q", err, tc.want, tc.wantMsg)
+			}
+			t.Logf("receiver: %v", err)
+		})
 	}
 }

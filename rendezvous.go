@@ -240,7 +240,15 @@ func (c *Conn) awaitBuffer(idx, n int) {
 // readDoneLocked: the READ of the rendezvous in receive buffer idx ended.
 func (c *Conn) readDoneLocked(idx int, wc *verbs.WC) {
 	c.rvReads--
-	if wc.Status != verbs.WCSuccess {
+	switch wc.Status {
+	case verbs.WCSuccess:
+	case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
+		// The peer's NIC refused: its announcement named memory it had not
+		// lent us. The RC error has taken the QP down.
+		c.failLocked(fmt.Errorf("%w: reading a %d-byte message the peer announced: %v",
+			ErrRemoteAccess, c.rvIn[idx].desc.Region.Len, wc.Err()))
+		return
+	default:
 		c.sendFailedLocked(wc)
 		return
 	}
