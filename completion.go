@@ -56,6 +56,9 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 	}
 	c.repostLocked()
 	c.maybeSendCreditsLocked()
+	if len(c.rvInval) > 0 || len(c.rvDone) > 0 || c.rvStalled > 0 {
+		c.pumpRendezvousLocked() // completions made send-queue room
+	}
 	if (c.eof && c.inLen == 0) || c.rerr != nil {
 		c.closeMessagesLocked() // the peer finished, or receives failed: no more messages
 	}
@@ -92,6 +95,12 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 	if wc.Opcode == verbs.WCRecvRDMAWithImm {
 		// The peer's WriteRemoteImm: the immediate is the user's, the
 		// receive buffer is held by the notification until it is released.
+		// After the end (a protocol error, or a peer writing after its
+		// FIN) Notifications() is closed: drop it, repost the buffer.
+		if c.msgsClosed {
+			c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
+			return
+		}
 		c.deliverNotificationLocked(idx, wc)
 		return
 	}

@@ -52,6 +52,7 @@ type Conn struct {
 	qpDown     bool          // the QP was moved to ERR
 	wake       chan struct{} // closed and replaced on a state change when wakers > 0
 	wakers     int           // goroutines waiting on wake
+	ringFreed  bool          // the receive ring went back to the pool (after release)
 	rdSig      chan struct{} // capacity 1: wakes the (single, readMu) blocked reader
 	wrSig      chan struct{} // capacity 1: wakes the (single, writeMu) blocked writer
 	closing    chan struct{} // closed by Close
@@ -93,6 +94,7 @@ type Conn struct {
 	rvStalled  int             // incoming rendezvous without a buffer or a posted READ
 	rvReads    int             // READs in flight
 	rvDone     []uint32        // done answers waiting for send-queue room
+	rvInval    []int           // send slots whose window waits to be invalidated
 	rvCtx      context.Context // ends at release: stops waits for pool buffers
 	rvCancel   context.CancelFunc
 
@@ -167,6 +169,7 @@ func (c *Conn) abort() {
 // freeRecvRingLocked returns the receive buffers to the pool; those lent to
 // the user go back when the user releases them (recycleRecv).
 func (c *Conn) freeRecvRingLocked() {
+	c.ringFreed = true
 	for i, b := range c.ep.recv {
 		if !c.lent[i] {
 			b.Free()
@@ -203,7 +206,7 @@ func (c *Conn) wakeChan() chan struct{} {
 
 // creditThreshold is how many reposted receives we collect before returning
 // them in a message of their own (they also ride on every data message).
-func (c *Conn) creditThreshold() int { return max(1, c.ep.nRecv/4) }
+func (c *Conn) creditThreshold() int { return max(1, c.cfg.RecvBuffers/4) }
 
 // Read reads data from the connection. It returns io.EOF once the peer has
 // closed (or half-closed) and every byte it wrote has been read.
@@ -547,29 +550,50 @@ func (c *Conn) release() error {
 	c.closeMessagesLocked()
 	exports := c.exports
 	c.exports = nil
-	c.releaseRendezvousLocked()
-	c.freeRecvRingLocked()
+	// Buffers the NIC may still read or write (a send, a one-sided
+	// operation or a READ whose flush was not seen) are released only once
+	// the QP is destroyed, and outside c.mu: a received Buf sent on recycles
+	// into its connection, which takes c.mu.
+	var rel []buffer.Buf
+	rel = c.releaseRendezvousLocked(rel)
 	for i, b := range c.msgSend {
 		if b.Valid() {
 			if c.msgAsync[i] {
 				c.asyncOut--
 				c.opDone <- OpCompletion{ID: c.msgID[i], Err: net.ErrClosed}
 			}
-			b.Release()
+			rel = append(rel, b)
 			c.msgSend[i] = buffer.Buf{}
 		}
 	}
 	for i := range c.ops {
-		if c.ops[i].local.Valid() {
-			c.ops[i].local.Release()
-			c.ops[i].local = buffer.Buf{}
+		s := &c.ops[i]
+		if s.local.Valid() {
+			if s.async {
+				c.asyncOut--
+				c.opDone <- OpCompletion{ID: s.id, Err: net.ErrClosed}
+			} else {
+				select {
+				case s.done <- net.ErrClosed:
+				default:
+				}
+			}
+			rel = append(rel, s.local)
+			s.local = buffer.Buf{}
 		}
 	}
 	c.mu.Unlock()
 	for e := range exports {
 		e.close()
 	}
-	err := c.ep.close()
+	err := c.ep.close() // destroys the QP: nothing touches our memory after this
+	c.mu.Lock()
+	c.freeRecvRingLocked()
+	c.mu.Unlock()
+	for _, b := range rel {
+		b.Release()
+	}
+	c.dev.bufReturned() // the device may have been waiting for these
 	if derr := c.id.Destroy(); derr != nil && err == nil {
 		err = derr
 	}

@@ -270,12 +270,14 @@ func (c *Conn) recycleRecv(idx int, b buffer.Buf) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lent[idx] = false
+	c.ep.recv[idx] = b
 	if c.released {
-		b.Free() // the connection is gone: back to the pool
-		c.dev.bufReturned()
+		if c.ringFreed { // else release frees it with the ring
+			b.Free() // the connection is gone: back to the pool
+			c.dev.bufReturned()
+		}
 		return
 	}
-	c.ep.recv[idx] = b
 	if c.qpDown {
 		return
 	}

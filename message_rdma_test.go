@@ -833,3 +833,53 @@ func TestRendezvousProtocolErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseWhileLending: a connection closed while a message it received
+// and sent on is still lent to a peer that cannot read it (its pool is
+// exhausted) gives the buffer back and closes within its CloseTimeout: the
+// buffer's release recycles into the closing connection itself.
+func TestCloseWhileLending(t *testing.T) {
+	waitNoDevice(t)
+	cfg := &Config{BufferSize: 4096, PoolMaxBytes: 16 << 20, CloseTimeout: 300 * time.Millisecond}
+	c, s, ln := connPair(t, cfg)
+	defer ln.Close()
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	m, _ := c.Alloc(1 << 20)
+	fill(m.Bytes(), 1)
+	if err := c.PostSend(ctx, m, 1); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oc := <-c.Completions(); oc.Err != nil {
+		t.Fatal(oc.Err)
+	}
+	var held []buffer.Buf
+	for {
+		b, err := c.Alloc(1 << 20)
+		if err != nil {
+			break
+		}
+		held = append(held, b)
+	}
+	defer func() {
+		for _, b := range held {
+			b.Release()
+		}
+	}()
+	if err := s.Send(ctx, r); err != nil { // lent to c, which has no buffer to read it into
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Logf("Close with a message still lent: %v", err)
+	case <-time.After(rdmatest.Scale(10 * time.Second)):
+		t.Fatal("Close hung with a received message still lent to the peer")
+	}
+}

@@ -275,6 +275,8 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 		return nil
 	case <-done:
 		return c.opError(op, ctx.Err()) // the operation itself still completes
+	case <-c.closing:
+		return c.opError(op, net.ErrClosed)
 	}
 }
 

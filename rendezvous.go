@@ -85,6 +85,7 @@ func (c *Conn) initRendezvous() {
 	}
 	c.inbox = make([]int, c.ep.nRecv)
 	c.rvDone = make([]uint32, 0, c.ep.nRecv)
+	c.rvInval = make([]int, 0, c.ep.maxMsgs)
 	c.rvMW = make([]*verbs.MW, c.ep.maxMsgs)
 	c.rvSending = make([]bool, c.ep.maxMsgs)
 	c.rvCtx, c.rvCancel = context.WithCancel(context.Background())
@@ -138,16 +139,8 @@ func (c *Conn) rendezvousDoneLocked(id uint32) {
 		return
 	}
 	c.rvSending[id] = false
-	if c.qpDown {
-		return // release revokes the window
-	}
-	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrInval, int(id)), Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled,
-		RKey: c.rvMW[id].RKey()}
-	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
-		c.failLocked(err)
-		return
-	}
-	c.sqInFlight++
+	c.rvInval = append(c.rvInval, int(id))
+	c.pumpRendezvousLocked()
 }
 
 // rendezvousInLocked handles an announcement received in receive buffer idx.
@@ -168,10 +161,27 @@ func (c *Conn) rendezvousInLocked(idx, n int) {
 	c.pumpRendezvousLocked()
 }
 
-// pumpRendezvousLocked moves incoming rendezvous forward (buffer, READ) and
-// sends the done answers that wait for send-queue room.
+// pumpRendezvousLocked posts what rendezvous wait for, as send-queue room
+// allows: the invalidates of our windows the peer is done with, the done
+// answers, and the READs of incoming rendezvous (taking a pool buffer only
+// for a READ about to be posted, so a peer announcing many large messages
+// holds no more than maxRendezvous of them at a time).
 func (c *Conn) pumpRendezvousLocked() {
-	for len(c.rvDone) > 0 && !c.qpDown && c.sqInFlight < c.ep.sqDepth {
+	if c.qpDown {
+		return // release revokes the windows and frees the buffers
+	}
+	for len(c.rvInval) > 0 && c.sqInFlight < c.ep.sqDepth {
+		id := c.rvInval[0]
+		c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrInval, id), Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled,
+			RKey: c.rvMW[id].RKey()}
+		if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+			c.failLocked(err)
+			return
+		}
+		c.sqInFlight++
+		c.rvInval = append(c.rvInval[:0], c.rvInval[1:]...)
+	}
+	for len(c.rvDone) > 0 && c.sqInFlight < c.ep.sqDepth {
 		c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
 			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}
 		if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
@@ -181,7 +191,7 @@ func (c *Conn) pumpRendezvousLocked() {
 		c.sqInFlight++
 		c.rvDone = append(c.rvDone[:0], c.rvDone[1:]...)
 	}
-	for i := 0; i < c.inLen && c.rvStalled > 0 && !c.qpDown; i++ {
+	for i := 0; i < c.inLen && c.rvStalled > 0 && c.rvReads < maxRendezvous && c.sqInFlight < c.ep.sqDepth; i++ {
 		idx := c.inbox[(c.inHead+i)%len(c.inbox)]
 		r := &c.rvIn[idx]
 		if r.state == rvNeedBuf {
@@ -198,7 +208,7 @@ func (c *Conn) pumpRendezvousLocked() {
 			}
 			r.buf, r.state = b, rvNeedPost
 		}
-		if r.state == rvNeedPost && c.rvReads < maxRendezvous && c.sqInFlight < c.ep.sqDepth {
+		if r.state == rvNeedPost {
 			c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrReadRv, idx), Addr: r.buf.Addr(), Len: r.desc.Region.Len,
 				LKey: r.buf.LKey(), Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
 				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}
@@ -224,6 +234,7 @@ func (c *Conn) awaitBuffer(idx, n int) {
 	if c.released || c.rvIn[idx].state != rvWaitPool {
 		if err == nil {
 			b.Free()
+			c.dev.bufReturned() // the device may be waiting for its last buffer
 		}
 		return
 	}
@@ -288,24 +299,27 @@ func (c *Conn) drainInboxLocked() {
 	}
 }
 
-// releaseRendezvousLocked frees what rendezvous hold when the connection is
-// released: undelivered messages and their receive buffers, and our windows
-// (deallocating one revokes it) before the buffers they expose are released.
-func (c *Conn) releaseRendezvousLocked() {
+// releaseRendezvousLocked takes apart the rendezvous of a connection being
+// released: it deallocates our windows (which revokes them) and appends to
+// rel the buffers of undelivered large messages (a READ may still write into
+// them until the QP is destroyed); undelivered messages' receive buffers go
+// back with the receive ring.
+func (c *Conn) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 	c.rvCancel()
 	for ; c.inLen > 0; c.inLen-- {
 		idx := c.inbox[c.inHead]
 		c.inHead = (c.inHead + 1) % len(c.inbox)
 		if c.rvIn[idx].buf.Valid() {
-			c.rvIn[idx].buf.Free()
+			rel = append(rel, c.rvIn[idx].buf)
 		}
 		c.rvIn[idx] = rvRecv{}
-		c.lent[idx] = false // freed with the receive ring
+		c.lent[idx] = false
 	}
 	for i, mw := range c.rvMW {
 		if mw != nil {
-			mw.Close()
+			mw.Close() // on failure the QP's destruction still ends the window (type 2 windows live on one QP)
 			c.rvMW[i] = nil
 		}
 	}
+	return rel
 }
