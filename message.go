@@ -21,10 +21,16 @@ import (
 // connection's credits: a receiver that holds messages without releasing
 // them stops its peer's writes too, as a full TCP window would.
 //
+// A message larger than the peer's receive buffers (up to MaxMessageSize)
+// is not split: the peer reads it from the sender's Buf with one RDMA READ
+// into a pool buffer of its size (rendezvous.go) and delivers that, in
+// order; releasing it returns the buffer to the pool and the credit.
+//
 // How long bytes stay valid: a Buf from Alloc is the caller's until Send
-// (Send takes it over, in every case, and releases it once the NIC has read
-// it). A received Buf's bytes are valid until its Release; after that the
-// handle is stale (Bytes returns nil) and the memory receives new data.
+// (Send takes it over, in every case, and releases it once the NIC, or for a
+// large message the peer, has read it). A received Buf's bytes are valid
+// until its Release; after that the handle is stale (Bytes returns nil) and
+// the memory receives new data.
 
 // ErrMessageTooLarge: a message does not fit the peer's receive buffers.
 var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
