@@ -161,9 +161,12 @@ func (c *Conn) start() {
 func (c *Conn) abort() {
 	c.mu.Lock()
 	c.released = true
+	c.mu.Unlock()
+	c.ep.close() // the QP first: receives may be posted
+	c.mu.Lock()
 	c.freeRecvRingLocked()
 	c.mu.Unlock()
-	c.ep.close()
+	c.dev.bufReturned()
 }
 
 // freeRecvRingLocked returns the receive buffers to the pool; those lent to

@@ -65,8 +65,13 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	if d.windows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself
 	}
+	// A device whose connections are gone lingers until its last buffer is
+	// back (received messages may outlive their connection); OnIdle says when.
+	// From a new goroutine: a release may come from under a Conn's lock or
+	// from a poller, and teardown takes devices.mu and stops the pollers.
+	onIdle := func() { go d.bufReturned() }
 	if d.pool, err = buffer.NewPool(d.reg, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize),
-		TrackAllocations: trackAllocations}); err != nil {
+		TrackAllocations: trackAllocations, OnIdle: onIdle}); err != nil {
 		return nil, err
 	}
 	if d.pollers, err = poller.NewGroup(ctx, cfg.pollerConfig()); err != nil {
@@ -103,7 +108,10 @@ func (d *device) maybeTeardownLocked() {
 		return
 	}
 	delete(devices.m, d.key)
-	d.teardown()
+	// Not here: this may run on a poller's goroutine (a buffer released by a
+	// completion) or under a Conn's lock while a poller waits for that lock,
+	// and teardown waits for the pollers to stop.
+	go d.teardown()
 }
 
 func (d *device) teardown() error {

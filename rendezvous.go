@@ -194,14 +194,19 @@ func (c *Conn) pumpRendezvousLocked() {
 	for i := 0; i < c.inLen && c.rvStalled > 0 && c.rvReads < maxRendezvous && c.sqInFlight < c.ep.sqDepth; i++ {
 		idx := c.inbox[(c.inHead+i)%len(c.inbox)]
 		r := &c.rvIn[idx]
+		if r.state == rvWaitPool {
+			return // first in line for the pool: later ones wait behind it
+		}
 		if r.state == rvNeedBuf {
 			b, err := c.dev.pool.Get(int(r.desc.Region.Len))
 			switch {
 			case errors.Is(err, buffer.ErrExhausted):
-				// Wait off the poller; the message stays in order meanwhile.
+				// Wait off the poller; the message stays in order meanwhile,
+				// and the ones behind it (which could not be delivered before
+				// it anyway) take no buffer that it needs.
 				r.state = rvWaitPool
 				go c.awaitBuffer(idx, int(r.desc.Region.Len))
-				continue
+				return
 			case err != nil:
 				c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", r.desc.Region.Len, err))
 				return

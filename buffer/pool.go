@@ -41,6 +41,9 @@ type Options struct {
 	// TrackAllocations records the caller's stack on every Get, for Leaks
 	// and misuse errors. It costs allocations per Get; meant for tests.
 	TrackAllocations bool
+	// OnIdle, if set, is called whenever a release brings the bytes in use
+	// to zero (from the releasing goroutine: it must not block on it).
+	OnIdle func()
 }
 
 var defaultClasses = []int{256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}
@@ -291,10 +294,13 @@ func (p *Pool) class(n int) (*class, error) {
 // already advanced).
 func (p *Pool) put(s *slot) {
 	// Before the push, so a Get of this slot cannot count it twice.
-	p.inUse.Add(-int64(len(s.mem)))
+	idle := p.inUse.Add(-int64(len(s.mem))) == 0
 	s.c.free.push(s)
 	if p.waiters.Load() > 0 {
 		p.wake()
+	}
+	if idle && p.opt.OnIdle != nil {
+		p.opt.OnIdle()
 	}
 }
 
