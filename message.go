@@ -32,7 +32,7 @@ import (
 // until its Release; after that the handle is stale (Bytes returns nil) and
 // the memory receives new data.
 
-// ErrMessageTooLarge: a message does not fit the peer's receive buffers.
+// ErrMessageTooLarge: a message is larger than the peer accepts (its Config.MaxMessageSize).
 var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
 	"(see Conn.MaxMessageSize; raise the peer's Config.MaxMessageSize, or move bulk data with Export and WriteRemote)")
 
