@@ -88,7 +88,8 @@ type Conn struct {
 	rvOut      int         // send slots in a rendezvous (until the window is revoked)
 	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
 	bigSlots   []bigSlot   // by receive buffer: recyclers of delivered large messages
-	inbox      []int       // receive buffers of messages not yet delivered, in order (a ring)
+	bigRefs    []*buffer.RecyclerRef
+	inbox      []int // receive buffers of messages not yet delivered, in order (a ring)
 	inHead     int
 	inLen      int
 	rvStalled  int             // incoming rendezvous without a buffer or a posted READ

@@ -366,6 +366,20 @@ func TestZeroAllocs(t *testing.T) {
 		}
 		r.Release()
 	}
+	largeRoundTrip := func() { // one rendezvous: window bind, READ, done, invalidate
+		b, err := c.Alloc(c.peerBufSize + 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Send(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release()
+	}
 	buf := make([]byte, 64)
 	streamRoundTrip := func() {
 		if _, err := c.Write(buf); err != nil {
@@ -379,12 +393,16 @@ func TestZeroAllocs(t *testing.T) {
 			n += k
 		}
 	}
-	for i := 0; i < 200; i++ { // warm up pools, channels and scratch slices
+	for i := 0; i < 200; i++ { // warm up pools, channels, windows and scratch slices
 		msgRoundTrip()
 		streamRoundTrip()
+		largeRoundTrip()
 	}
 	if a := testing.AllocsPerRun(500, msgRoundTrip); a != 0 {
 		t.Errorf("message view: %.2f allocations per message, want 0", a)
+	}
+	if a := testing.AllocsPerRun(200, largeRoundTrip); a != 0 {
+		t.Errorf("message view, %d B (rendezvous): %.2f allocations per message, want 0", c.peerBufSize+1, a)
 	}
 	if a := testing.AllocsPerRun(500, streamRoundTrip); a != 0 {
 		t.Errorf("Conn.Write/Read of 64 B: %.2f allocations per message, want 0", a)

@@ -80,8 +80,10 @@ func (c *Conn) maxRecvMessage() int {
 func (c *Conn) initRendezvous() {
 	c.rvIn = make([]rvRecv, c.ep.nRecv)
 	c.bigSlots = make([]bigSlot, c.ep.nRecv)
+	c.bigRefs = make([]*buffer.RecyclerRef, c.ep.nRecv)
 	for i := range c.bigSlots {
 		c.bigSlots[i] = bigSlot{c, i}
+		c.bigRefs[i] = buffer.NewRecyclerRef(&c.bigSlots[i])
 	}
 	c.inbox = make([]int, c.ep.nRecv)
 	c.rvDone = make([]uint32, 0, c.ep.nRecv)
@@ -293,7 +295,7 @@ func (c *Conn) drainInboxLocked() {
 		case rvNone:
 			c.msgs <- c.ep.recv[idx]
 		case rvReady:
-			r.buf.SetRecycler(&c.bigSlots[idx])
+			r.buf.SetRecyclerRef(c.bigRefs[idx])
 			c.msgs <- r.buf
 			*r = rvRecv{}
 		default:

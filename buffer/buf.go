@@ -41,7 +41,7 @@ type slot struct {
 	next   atomic.Uint32 // free list link: index+1 of the next free slot, 0 = none
 	idx    uint32        // index in its class's slot table
 
-	recycler atomic.Pointer[recyclerRef]
+	recycler atomic.Pointer[RecyclerRef]
 	site     atomic.Pointer[allocSite] // current generation's allocation (TrackAllocations)
 	prev     atomic.Pointer[allocSite] // the last released generation, for misuse errors
 
@@ -52,7 +52,12 @@ type slot struct {
 	c          *class
 }
 
-type recyclerRef struct{ r Recycler }
+// RecyclerRef is a Recycler prepared for SetRecyclerRef: made once, it lets
+// a hot path set a recycler without an allocation.
+type RecyclerRef struct{ r Recycler }
+
+// NewRecyclerRef prepares r for SetRecyclerRef.
+func NewRecyclerRef(r Recycler) *RecyclerRef { return &RecyclerRef{r} }
 
 // allocSite records, for one generation of a slot, where it was allocated
 // and (once released) where the last reference was dropped.
@@ -205,8 +210,18 @@ func (b Buf) SetRecycler(r Recycler) error {
 	if r == nil {
 		s.recycler.Store(nil)
 	} else {
-		s.recycler.Store(&recyclerRef{r})
+		s.recycler.Store(&RecyclerRef{r})
 	}
+	return nil
+}
+
+// SetRecyclerRef is SetRecycler with a prepared recycler (no allocation).
+func (b Buf) SetRecyclerRef(r *RecyclerRef) error {
+	s := b.live()
+	if s == nil {
+		return b.misuse("SetRecycler")
+	}
+	s.recycler.Store(r)
 	return nil
 }
 
