@@ -205,55 +205,66 @@ func (c *Conn) Messages() <-chan buffer.Buf { return c.msgs }
 // Recv waits for the next message (bounded by ctx and the read deadline).
 // At the end it returns io.EOF, or the connection's error.
 func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
-	select {
-	case b, ok := <-c.msgs:
-		if ok {
-			return b, nil
-		}
-	default:
-		var done <-chan struct{}
-		if ctx != nil {
-			done = ctx.Done()
-		}
-		for c.pollInline() { // handle completions here rather than wake the poller
-			select {
-			case b, ok := <-c.msgs:
-				if ok {
-					return b, nil
-				}
-				return c.recvEnd()
-			default:
-			}
-		}
-		select {
-		case b, ok := <-c.msgs:
-			if ok {
-				return b, nil
-			}
-		case <-c.rdDeadline.wait():
-			return buffer.Buf{}, c.opError("recv", os.ErrDeadlineExceeded)
-		case <-c.closing:
-			return buffer.Buf{}, c.opError("recv", net.ErrClosed)
-		case <-done:
-			return buffer.Buf{}, c.opError("recv", ctx.Err())
-		}
-	}
-	return c.recvEnd()
+	return receive(c, ctx, c.msgs, "recv")
 }
 
-// recvEnd says why Messages() was closed.
-func (c *Conn) recvEnd() (buffer.Buf, error) {
+// receive takes the next value from ch, one of the channels the poller
+// delivers on (Messages, Notifications). While it waits it polls the
+// completion queue itself, as Read does: a completion handled on the
+// waiting goroutine needs no wake-up of the poller's thread and no handoff.
+func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, error) {
+	select {
+	case v, ok := <-ch:
+		if ok {
+			return v, nil
+		}
+		return receiveEnd[T](c, op)
+	default:
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	for c.pollInline() {
+		select {
+		case v, ok := <-ch:
+			if ok {
+				return v, nil
+			}
+			return receiveEnd[T](c, op)
+		default:
+		}
+	}
+	var zero T
+	select {
+	case v, ok := <-ch:
+		if ok {
+			return v, nil
+		}
+		return receiveEnd[T](c, op)
+	case <-c.rdDeadline.wait():
+		return zero, c.opError(op, os.ErrDeadlineExceeded)
+	case <-c.closing:
+		return zero, c.opError(op, net.ErrClosed)
+	case <-done:
+		return zero, c.opError(op, ctx.Err())
+	}
+}
+
+// receiveEnd says why Messages() and Notifications() were closed.
+func receiveEnd[T any](c *Conn, op string) (T, error) {
+	var zero T
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.closed:
-		return buffer.Buf{}, c.opError("recv", net.ErrClosed)
+		return zero, c.opError(op, net.ErrClosed)
 	case c.eof:
-		return buffer.Buf{}, io.EOF
+		return zero, io.EOF
 	case c.rerr != nil:
-		return buffer.Buf{}, c.opError("recv", c.rerr)
+		return zero, c.opError(op, c.rerr)
 	}
-	return buffer.Buf{}, io.EOF
+	return zero, io.EOF
 }
 
 // deliverMessageLocked lends receive buffer idx to the user, or queues it

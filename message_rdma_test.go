@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math/rand"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -264,11 +265,17 @@ func TestOneSided(t *testing.T) {
 	if err := s.WriteRemoteImm(ctx, src, bexp.Remote(), 0, 7); err != nil {
 		t.Fatalf("write into the dialer's export: %v", err)
 	}
-	if n := <-c.Notifications(); n.Imm != 7 || !bytes.Equal(back.Bytes(), src.Bytes()) {
-		t.Fatalf("dialer's export after the write: imm %d, %q", n.Imm, back.Bytes()[:8])
-	} else {
-		n.Release()
+	n, err := c.RecvNotification(ctx) // the polling form of <-Notifications()
+	if err != nil || n.Imm != 7 || !bytes.Equal(back.Bytes(), src.Bytes()) {
+		t.Fatalf("dialer's export after the write: %v, imm %d, %q", err, n.Imm, back.Bytes()[:8])
 	}
+	n.Release()
+	// With nothing coming, RecvNotification ends at the read deadline.
+	c.SetReadDeadline(time.Now().Add(rdmatest.Scale(50 * time.Millisecond)))
+	if _, err := c.RecvNotification(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("RecvNotification past the read deadline: %v", err)
+	}
+	c.SetReadDeadline(time.Time{})
 	// PostSend: the message arrives and its end is reported with its id.
 	for id := uint64(100); id < 104; id++ {
 		b, _ := c.Alloc(32)

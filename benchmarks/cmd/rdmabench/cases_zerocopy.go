@@ -113,7 +113,8 @@ func exportedPair(s *Side) (c *rdma.Conn, local buffer.Buf, remote rdma.RemoteBu
 
 // writePingPong: each side exports a buffer; the client RDMA-writes Size
 // bytes with an immediate into the server's, the server answers the same way
-// when notified (as ib_write_lat, whose reader polls memory instead).
+// when notified (as ib_write_lat, whose reader polls memory instead). Both
+// wait with RecvNotification, which polls for the completion meanwhile.
 func writePingPong(s *Side) (*Sample, error) {
 	c, local, remote, done, err := exportedPair(s)
 	if err != nil {
@@ -122,13 +123,16 @@ func writePingPong(s *Side) (*Sample, error) {
 	defer done()
 	ctx := context.Background()
 	if s.Server {
-		for n := range c.Notifications() {
+		for {
+			n, err := c.RecvNotification(ctx)
+			if err != nil {
+				return nil, nil // the client closed
+			}
 			n.Release()
 			if err := c.WriteRemoteImm(ctx, local, remote, 0, n.Imm); err != nil {
 				return nil, err
 			}
 		}
-		return nil, nil
 	}
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
@@ -136,9 +140,9 @@ func writePingPong(s *Side) (*Sample, error) {
 		if err := c.WriteRemoteImm(ctx, local, remote, 0, uint32(i)); err != nil {
 			return nil, err
 		}
-		n, ok := <-c.Notifications()
-		if !ok {
-			return nil, errors.New("connection ended")
+		n, err := c.RecvNotification(ctx)
+		if err != nil {
+			return nil, err
 		}
 		n.Release()
 		if i >= s.Warmup {
