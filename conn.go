@@ -326,21 +326,31 @@ func (c *Conn) maybeSendCreditsLocked() {
 	}
 }
 
+// postLocked posts one work request (through ctlWR: a local would escape
+// to the heap). A failed post ends the connection; a posted request counts
+// in sqInFlight until its completion. Called with c.mu held.
+func (c *Conn) postLocked(wr verbs.SendWR) error {
+	c.ctlWR[0] = wr
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+		c.failLocked(err)
+		return err
+	}
+	c.sqInFlight++
+	return nil
+}
+
 // sendCtlLocked posts a zero-length control message carrying all pending
 // credits. Called with c.mu held; the caller checked c.credits >= 1.
 func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 	if c.qpDown || c.sqInFlight >= c.ep.sqDepth {
 		return false
 	}
-	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-		Imm: wire.EncodeImm(kind, uint32(c.pending))}
-	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
-		c.failLocked(err)
+	if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+		Imm: wire.EncodeImm(kind, uint32(c.pending))}) != nil {
 		return false
 	}
 	c.credits--
 	c.pending = 0
-	c.sqInFlight++
 	return true
 }
 

@@ -158,17 +158,14 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		}
 		return nil
 	}
-	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
-		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
-	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
+		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}); err != nil {
 		c.msgSend[slot] = buffer.Buf{}
 		c.msgFree = append(c.msgFree, slot)
-		c.failLocked(err)
 		return err
 	}
 	c.pending = 0
 	c.credits--
-	c.sqInFlight++
 	if async {
 		c.asyncOut++
 	}
@@ -213,35 +210,24 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 // completion queue itself, as Read does: a completion handled on the
 // waiting goroutine needs no wake-up of the poller's thread and no handoff.
 func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, error) {
-	select {
-	case v, ok := <-ch:
-		if ok {
-			return v, nil
+	for {
+		select {
+		case v, ok := <-ch:
+			return received(c, op, v, ok)
+		default:
 		}
-		return receiveEnd[T](c, op)
-	default:
+		if !c.pollInline() {
+			break
+		}
 	}
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
-	for c.pollInline() {
-		select {
-		case v, ok := <-ch:
-			if ok {
-				return v, nil
-			}
-			return receiveEnd[T](c, op)
-		default:
-		}
-	}
 	var zero T
 	select {
 	case v, ok := <-ch:
-		if ok {
-			return v, nil
-		}
-		return receiveEnd[T](c, op)
+		return received(c, op, v, ok)
 	case <-c.rdDeadline.wait():
 		return zero, c.opError(op, os.ErrDeadlineExceeded)
 	case <-c.closing:
@@ -251,8 +237,12 @@ func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, er
 	}
 }
 
-// receiveEnd says why Messages() and Notifications() were closed.
-func receiveEnd[T any](c *Conn, op string) (T, error) {
+// received is the outcome of a receive from ch: v, or, if ch was closed,
+// why (Messages() and Notifications() close at the end of the connection).
+func received[T any](c *Conn, op string, v T, ok bool) (T, error) {
+	if ok {
+		return v, nil
+	}
 	var zero T
 	c.mu.Lock()
 	defer c.mu.Unlock()

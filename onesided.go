@@ -240,12 +240,10 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	local.Retain()
 	s.async, s.id, s.local = async, id, local
-	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrOneSided, idx), Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
-		Opcode: opcode, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}
-	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrOneSided, idx), Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
+		Opcode: opcode, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}); err != nil {
 		s.local = buffer.Buf{}
 		c.opFree = append(c.opFree, idx)
-		c.failLocked(err)
 		c.mu.Unlock()
 		local.Release()
 		return c.opError(op, err)
@@ -256,7 +254,6 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	if async {
 		c.asyncOut++
 	}
-	c.sqInFlight++
 	c.mu.Unlock()
 	if async {
 		return nil

@@ -118,16 +118,13 @@ func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
 	off := slot * wire.RendezvousLen
 	wire.Rendezvous{ID: uint32(slot), Region: wire.Region{Addr: b.Addr(), Len: uint32(b.Len()), RKey: rkey}}.
 		AppendTo(c.ep.rvDesc.Full()[off:off])
-	c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendRv, slot), Addr: c.ep.rvDesc.Addr() + uint64(off), Len: wire.RendezvousLen,
-		LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-		Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}
-	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
-		c.failLocked(err) // the window stays bound until release deallocates it
-		return err
+	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendRv, slot), Addr: c.ep.rvDesc.Addr() + uint64(off),
+		Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+		Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}); err != nil {
+		return err // the window stays bound until release deallocates it
 	}
 	c.rvSending[slot] = true
 	c.rvOut++
-	c.sqInFlight++
 	c.pending = 0
 	c.credits--
 	return nil
@@ -174,23 +171,17 @@ func (c *Conn) pumpRendezvousLocked() {
 	}
 	for len(c.rvInval) > 0 && c.sqInFlight < c.ep.sqDepth {
 		id := c.rvInval[0]
-		c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrInval, id), Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled,
-			RKey: c.rvMW[id].RKey()}
-		if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
-			c.failLocked(err)
+		if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrInval, id), Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled,
+			RKey: c.rvMW[id].RKey()}) != nil {
 			return
 		}
-		c.sqInFlight++
 		c.rvInval = append(c.rvInval[:0], c.rvInval[1:]...)
 	}
 	for len(c.rvDone) > 0 && c.sqInFlight < c.ep.sqDepth {
-		c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}
-		if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
-			c.failLocked(err)
+		if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
+			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}) != nil {
 			return
 		}
-		c.sqInFlight++
 		c.rvDone = append(c.rvDone[:0], c.rvDone[1:]...)
 	}
 	for i := 0; i < c.inLen && c.rvStalled > 0 && c.rvReads < maxRendezvous && c.sqInFlight < c.ep.sqDepth; i++ {
@@ -216,16 +207,13 @@ func (c *Conn) pumpRendezvousLocked() {
 			r.buf, r.state = b, rvNeedPost
 		}
 		if r.state == rvNeedPost {
-			c.ctlWR[0] = verbs.SendWR{WRID: c.ep.wrid(wrReadRv, idx), Addr: r.buf.Addr(), Len: r.desc.Region.Len,
+			if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrReadRv, idx), Addr: r.buf.Addr(), Len: r.desc.Region.Len,
 				LKey: r.buf.LKey(), Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}
-			if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
-				c.failLocked(err)
+				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}) != nil {
 				return
 			}
 			r.state = rvReading
 			c.rvReads++
-			c.sqInFlight++
 			c.rvStalled--
 		}
 	}
