@@ -44,7 +44,7 @@ rdma-tests: setup
 	@set -e; race=; [ "$(GUEST_RACE)" = 1 ] && race=-race; \
 	$(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' ./... | \
 	while read -r pkg dir; do \
-	  name=$$(echo "$${pkg#github.com/gordma/}" | tr / _); \
+	  name=$$(echo "$${pkg#github.com/verbline/}" | tr / _); \
 	  $(GO) test -c $$race -o $(TESTS)/$$name.test $$pkg; \
 	  echo "$(CURDIR)/$(TESTS)/$$name.test $$dir" >>$(TESTS)/manifest; \
 	done

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // HandleCompletions applies a batch of completions to the connection's state

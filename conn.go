@@ -10,10 +10,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/rdmacm"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // Conn is an RDMA reliable connection with the semantics of a TCP stream. It

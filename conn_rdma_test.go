@@ -21,8 +21,8 @@ import (
 
 	"golang.org/x/net/nettest"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/rdmatest"
 )
 
 // listenTest listens on the test device's address with a free port.

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/poller"
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // device is what every connection on one RDMA device context shares: one

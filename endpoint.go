@@ -3,11 +3,11 @@ package rdma
 import (
 	"errors"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/poller"
-	"github.com/gordma/rdma/internal/rdmacm"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // endpoint holds one connection's verbs objects: its QP (on the shared CQ of

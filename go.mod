@@ -1,4 +1,4 @@
-module github.com/gordma/rdma
+module github.com/verbline/rdma
 
 go 1.26.0
 

@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gordma/rdma/internal/rdmacm"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // CM reject reasons from the IB spec that rdma_cm passes up as event status.
@@ -101,7 +101,7 @@ func eventError(ev rdmacm.Event, what string) error {
 			if rej, err := wire.ParseReject(ev.PrivateData); err == nil {
 				return fmt.Errorf("%w: listener refused the connection: %s (%s)", ErrHandshake, rej.Reason, rej.Code)
 			}
-			return fmt.Errorf("%w: peer refused the connection (not a gordma listener?)", ErrHandshake)
+			return fmt.Errorf("%w: peer refused the connection (not a verbline listener?)", ErrHandshake)
 		}
 		return fmt.Errorf("connection rejected (CM reason %d): %w", ev.Status, syscall.ECONNREFUSED)
 	case rdmacm.EventUnreachable, rdmacm.EventConnectError:

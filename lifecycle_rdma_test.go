@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gordma/rdma/internal/rdmacm"
-	"github.com/gordma/rdma/internal/rdmatest"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // TestNoLeaks: after connections (with traffic in both directions, closed
@@ -127,8 +127,8 @@ func TestForeignHandshake(t *testing.T) {
 		priv []byte
 		want string
 	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\n"), "not a gordma handshake"},
-		{"empty", nil, "not a gordma handshake"},
+		{"garbage", []byte("GET / HTTP/1.1\r\n"), "not a verbline handshake"},
+		{"empty", nil, "not a verbline handshake"},
 		{"newer version", newer.AppendTo(nil), "version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

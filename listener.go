@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/gordma/rdma/internal/rdmacm"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // Listener accepts RDMA connections. It implements net.Listener.

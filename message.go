@@ -8,9 +8,9 @@ import (
 	"net"
 	"os"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // The message view: whole messages, no copies. A sender fills a registered

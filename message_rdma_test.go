@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/rdmatest"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // TestMessages: messages of random sizes arrive whole, in order, without

@@ -8,9 +8,9 @@ import (
 	"os"
 	"sync"
 
-	"github.com/gordma/rdma/buffer"
-	"github.com/gordma/rdma/internal/verbs"
-	"github.com/gordma/rdma/internal/wire"
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
 )
 
 // One-sided operations: a connection exports a registered buffer with the

@@ -33,7 +33,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gordma/rdma/internal/poller"
+	"github.com/verbline/rdma/internal/poller"
 )
 
 // Config tunes connections. The zero value is ready to use; every field's

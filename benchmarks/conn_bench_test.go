@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gordma/rdma"
-	"github.com/gordma/rdma/internal/rdmatest"
+	"github.com/verbline/rdma"
+	"github.com/verbline/rdma/internal/rdmatest"
 )
 
 // Benchmarks of one connection in one process (both ends share the CPUs; the

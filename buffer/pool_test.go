@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gordma/rdma/buffer"
+	"github.com/verbline/rdma/buffer"
 )
 
 func newPool(t testing.TB, reg buffer.Registrar, opt buffer.Options) *buffer.Pool {
@@ -447,7 +447,7 @@ func TestLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if leaks := p.Leaks(); len(leaks) != 1 || !strings.HasPrefix(leaks[0].Stack, "github.com/gordma/rdma/buffer_test.TestLeaks") {
+	if leaks := p.Leaks(); len(leaks) != 1 || !strings.HasPrefix(leaks[0].Stack, "github.com/verbline/rdma/buffer_test.TestLeaks") {
 		t.Errorf("GetWait leak %+v", leaks)
 	}
 	d.Release()

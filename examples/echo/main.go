@@ -19,7 +19,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gordma/rdma"
+	"github.com/verbline/rdma"
 )
 
 var cfg rdma.Config

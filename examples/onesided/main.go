@@ -16,7 +16,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gordma/rdma"
+	"github.com/verbline/rdma"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // TokenShift is where a connection's token sits in a work-request id.

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 type recorder struct {

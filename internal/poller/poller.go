@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // Mode says how a poller waits when there is nothing to poll.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gordma/rdma/internal/rdmatest"
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 func openDevice(t *testing.T) *verbs.Context {

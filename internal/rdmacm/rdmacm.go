@@ -105,7 +105,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // ErrNoCM is returned when the rdma_cm device is missing.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gordma/rdma/internal/rdmatest"
-	"github.com/gordma/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 func next(t *testing.T, c *Channel, want EventType) Event {

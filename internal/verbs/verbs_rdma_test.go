@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gordma/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/rdmatest"
 )
 
 // testDevice opens the test device and finds the RoCE v2 GID of RDMA_TEST_ADDR.

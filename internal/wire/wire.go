@@ -1,4 +1,4 @@
-// Package wire defines the bytes gordma peers exchange: the handshake carried
+// Package wire defines the bytes verbline peers exchange: the handshake carried
 // in rdma_cm private data while connecting, and the 32-bit immediate data on
 // every SEND_WITH_IMM.
 //
@@ -87,14 +87,14 @@ var (
 // Sentinel errors; match with errors.Is. The returned errors carry a
 // specific message and unwrap to one of these.
 var (
-	// ErrNotOurs: the bytes are not a gordma message (too short for the
+	// ErrNotOurs: the bytes are not a verbline message (too short for the
 	// magic, or wrong magic) — e.g. a foreign peer or the kernel's empty
 	// reject.
-	ErrNotOurs = errors.New("not a gordma message")
+	ErrNotOurs = errors.New("not a verbline message")
 	// ErrVersion: the peer speaks a different handshake version.
 	ErrVersion = errors.New("handshake version mismatch")
 	// ErrMalformed: our magic, but a field is truncated or out of range.
-	ErrMalformed = errors.New("malformed gordma message")
+	ErrMalformed = errors.New("malformed verbline message")
 )
 
 // wireError gives each failure a precise message while keeping errors.Is
@@ -114,10 +114,10 @@ func errorf(kind error, format string, args ...any) error {
 // checkMagic reports ErrNotOurs unless b starts with Magic.
 func checkMagic(b []byte, what string) error {
 	if len(b) < 4 {
-		return errorf(ErrNotOurs, "not a gordma %s (%d bytes, too short for magic)", what, len(b))
+		return errorf(ErrNotOurs, "not a verbline %s (%d bytes, too short for magic)", what, len(b))
 	}
 	if m := binary.BigEndian.Uint32(b); m != Magic {
-		return errorf(ErrNotOurs, "not a gordma %s (magic 0x%08x)", what, m)
+		return errorf(ErrNotOurs, "not a verbline %s (magic 0x%08x)", what, m)
 	}
 	return nil
 }

@@ -64,10 +64,10 @@ func TestParseHelloErrors(t *testing.T) {
 		is   error
 		msg  string
 	}{
-		{"nil", nil, ErrNotOurs, "not a gordma handshake (0 bytes, too short for magic)"},
-		{"short", []byte("GRD"), ErrNotOurs, "not a gordma handshake (3 bytes, too short for magic)"},
-		{"zeros", make([]byte, 56), ErrNotOurs, "not a gordma handshake (magic 0x00000000)"},
-		{"foreign", []byte("HTTP/1.1 200 OK\r\n\r\n garbage garbage"), ErrNotOurs, "not a gordma handshake (magic 0x48545450)"},
+		{"nil", nil, ErrNotOurs, "not a verbline handshake (0 bytes, too short for magic)"},
+		{"short", []byte("GRD"), ErrNotOurs, "not a verbline handshake (3 bytes, too short for magic)"},
+		{"zeros", make([]byte, 56), ErrNotOurs, "not a verbline handshake (magic 0x00000000)"},
+		{"foreign", []byte("HTTP/1.1 200 OK\r\n\r\n garbage garbage"), ErrNotOurs, "not a verbline handshake (magic 0x48545450)"},
 		{"magic only", good[:4], ErrMalformed, "handshake truncated: 4 bytes, need 24"},
 		{"truncated", good[:23], ErrMalformed, "handshake truncated: 23 bytes, need 24"},
 		{"version 2", helloBytes(func(b []byte) { b[4] = 2 }), ErrVersion, "peer speaks handshake version 2, this side 1"},
@@ -208,9 +208,9 @@ func TestParseRejectErrors(t *testing.T) {
 		is   error
 		msg  string
 	}{
-		{"kernel empty", nil, ErrNotOurs, "not a gordma reject (0 bytes, too short for magic)"},
-		{"kernel zeros", make([]byte, 148), ErrNotOurs, "not a gordma reject (magic 0x00000000)"},
-		{"foreign", []byte("nope, go away"), ErrNotOurs, "not a gordma reject (magic 0x6e6f7065)"},
+		{"kernel empty", nil, ErrNotOurs, "not a verbline reject (0 bytes, too short for magic)"},
+		{"kernel zeros", make([]byte, 148), ErrNotOurs, "not a verbline reject (magic 0x00000000)"},
+		{"foreign", []byte("nope, go away"), ErrNotOurs, "not a verbline reject (magic 0x6e6f7065)"},
 		{"header truncated", hdr(1, 0)[:7], ErrMalformed, "reject truncated: 7 bytes, need 8"},
 		{"reason beyond buffer", append(hdr(1, 10), "short"...), ErrMalformed, "reject reason length 10 beyond the 5 bytes present"},
 		{"reason too long", append(hdr(1, 0xffff), make([]byte, 200)...), ErrMalformed, "reject reason length 65535 exceeds 140"},

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gordma/rdma"
-	"github.com/gordma/rdma/buffer"
+	"github.com/verbline/rdma"
+	"github.com/verbline/rdma/buffer"
 )
 
 // Cases of the zero-copy message view and of one-sided RDMA writes.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gordma/rdma"
+	"github.com/verbline/rdma"
 )
 
 // The harness re-executes itself for each side of our cases and of the TCP

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gordma/rdma"
+	"github.com/verbline/rdma"
 )
 
 // perftestTool is a perftest program used as a baseline for one metric. Every
