@@ -23,36 +23,12 @@ func (c *Conn) HandleCompletions(wcs []verbs.WC) {
 	for i := range wcs {
 		wc := &wcs[i]
 		idx := int(wc.WRID & wrIdxMask)
-		switch wc.WRID & wrKindMask {
-		case wrRecv:
+		if wc.WRID&wrKindMask == wrRecv {
 			c.recvPosted--
 			c.recvLocked(wc, idx)
-		case wrSendData:
-			c.sendDone++
-			c.sqInFlight--
-			c.sendFailedLocked(wc)
-		case wrSendCtl:
-			c.sqInFlight--
-			c.sendFailedLocked(wc)
-		case wrSendMsg:
-			c.sqInFlight--
-			c.sendFailedLocked(wc)
-			c.msgDoneLocked(idx, wc.Err())
-		case wrInval: // the peer read a large message; its window is revoked
-			c.sqInFlight--
-			c.sendFailedLocked(wc)
-			c.rvOut--
-			c.msgDoneLocked(idx, wc.Err())
-		case wrSendRv, wrBind:
-			c.sqInFlight--
-			c.sendFailedLocked(wc)
-		case wrReadRv:
-			c.sqInFlight--
-			c.readDoneLocked(idx, wc)
-		case wrOneSided:
-			c.sqInFlight--
-			c.oneSidedDoneLocked(idx, wc, &c.toRelease)
+			continue
 		}
+		c.sqRetireLocked(idx, wc) // send queue: idx is the request's position
 	}
 	c.repostLocked()
 	c.maybeSendCreditsLocked()

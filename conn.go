@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
@@ -44,8 +45,12 @@ type Conn struct {
 	credits    int    // peer receive buffers we may still fill
 	sendSeq    uint64 // data sends posted
 	sendDone   uint64 // data sends completed (RC completes in order)
-	sqInFlight int    // send-queue entries posted and not completed
-	recvPosted int    // receives posted and not completed
+	sqInFlight int    // send-queue entries posted and not retired (sendqueue.go)
+	sqReserved int    // send-queue entries a writer reserved and has not posted yet
+	sq         []sqEntry
+	sqHead     int // the oldest entry not retired
+	sqUnsig    int // requests posted since the last signaled one
+	recvPosted int // receives posted and not completed
 	finSent    bool
 	werr       error
 	closed     bool
@@ -60,8 +65,11 @@ type Conn struct {
 	eventsDone chan struct{} // closed when the CM event loop exits
 
 	rdDeadline, wrDeadline deadline
-	closeOnce              sync.Once
-	closeErr               error
+	// Spin budgets learnt from recent waits (poller.SpinBudget): readers
+	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
+	rdSpin, wrSpin poller.SpinBudget
+	closeOnce      sync.Once
+	closeErr       error
 
 	// The message view and one-sided operations (message.go, onesided.go).
 	dev        *device
@@ -131,6 +139,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		return nil, err
 	}
 	c.ep = ep
+	c.sq = make([]sqEntry, ep.sqDepth)
 	c.dev = ep.dev
 	c.initMessages()
 	return c, nil
@@ -225,6 +234,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	var w poller.Waiter
+	defer w.End()
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -258,7 +269,7 @@ func (c *Conn) read(b []byte) (int, error) {
 			return 0, nil
 		}
 		c.mu.Unlock()
-		if c.pollInline() {
+		if c.spinWait(&w, &c.rdSpin) {
 			continue
 		}
 		select {
@@ -269,14 +280,21 @@ func (c *Conn) read(b []byte) (int, error) {
 	}
 }
 
-// pollInline lets a caller about to block poll the CQ itself for up to the
-// spin budget (not in event mode). It reports whether it handled anything,
-// in which case the caller re-checks its condition before parking.
-func (c *Conn) pollInline() bool {
-	if c.cfg.PollMode == PollEvent {
-		return false
+// spinWait drives the connection's CQ for a caller whose condition does not
+// hold yet (see poller.Waiter): it starts the wait on first use and reports
+// whether the caller should check its condition again (true) or sleep on
+// its wake-up channel (false: the waiter is registered as parked and the
+// CQ armed, so the completion it waits for wakes the poller's goroutine,
+// which dispatches it).
+func (c *Conn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
+	if !w.Started() {
+		var budget time.Duration
+		if c.cfg.PollMode != PollEvent {
+			budget = est.Budget(c.cfg.PollSpin)
+		}
+		w.Start(c.ep.poller, est, budget)
 	}
-	return c.ep.poller.TryPoll(c.cfg.PollSpin) > 0
+	return w.Spin()
 }
 
 // copyOut copies queued received bytes into b, reposting every buffer it
@@ -326,27 +344,30 @@ func (c *Conn) maybeSendCreditsLocked() {
 	}
 }
 
-// postLocked posts one work request (through ctlWR: a local would escape
-// to the heap). A failed post ends the connection; a posted request counts
-// in sqInFlight until its completion. Called with c.mu held.
-func (c *Conn) postLocked(wr verbs.SendWR) error {
+// postLocked posts one send-queue work request of the given kind and
+// index (through ctlWR: a local would escape to the heap); force asks for
+// its completion. A failed post ends the connection. Called with c.mu held;
+// the caller checked that the send queue has room.
+func (c *Conn) postLocked(wr verbs.SendWR, kind uint64, idx int, force bool) error {
+	c.sqPushLocked(&wr, kind, idx, force)
 	c.ctlWR[0] = wr
 	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+		c.sqPopLocked(1)
 		c.failLocked(err)
 		return err
 	}
-	c.sqInFlight++
 	return nil
 }
 
 // sendCtlLocked posts a zero-length control message carrying all pending
-// credits. Called with c.mu held; the caller checked c.credits >= 1.
+// credits. Called with c.mu held; the caller checked c.credits >= 1. End of
+// stream asks for its completion: Close waits for every send to retire.
 func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
-	if c.qpDown || c.sqInFlight >= c.ep.sqDepth {
+	if c.qpDown || c.sqUsedLocked() >= c.ep.sqDepth {
 		return false
 	}
-	if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-		Imm: wire.EncodeImm(kind, uint32(c.pending))}) != nil {
+	if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, uint32(c.pending))},
+		wrSendCtl, 0, kind == wire.KindFIN) != nil {
 		return false
 	}
 	c.credits--
@@ -370,6 +391,8 @@ func (c *Conn) write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	written := 0
+	var w poller.Waiter
+	defer w.End()
 	for {
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
@@ -382,10 +405,13 @@ func (c *Conn) write(b []byte) (int, error) {
 		}
 		// Reserve send buffers and credits for as many chunks as we can.
 		free := c.ep.nSend - int(c.sendSeq-c.sendDone)
-		room := c.ep.sqDepth - ctlReserve/2 - c.sqInFlight
+		room := c.ep.sqDepth - ctlReserve/2 - c.sqUsedLocked()
 		k := min(free, room, c.credits-1)
 		if k <= 0 {
 			c.mu.Unlock()
+			if c.spinWait(&w, &c.wrSpin) {
+				continue
+			}
 			select {
 			case <-c.wrSig:
 			case <-c.wrDeadline.wait():
@@ -396,7 +422,7 @@ func (c *Conn) write(b []byte) (int, error) {
 		first := c.sendSeq
 		c.sendSeq += uint64(k) // reserved: only this writer (writeMu) posts data
 		c.credits -= k
-		c.sqInFlight += k
+		c.sqReserved += k // queue positions are taken at the post, in posting order
 		c.mu.Unlock()
 
 		// Copy outside the lock; the completion loop keeps running.
@@ -407,14 +433,17 @@ func (c *Conn) write(b []byte) (int, error) {
 			m := copy(sb.Full()[:c.peerBufSize], b)
 			b = b[m:]
 			written += m
-			wrs = append(wrs, verbs.SendWR{WRID: c.ep.wrid(wrSendData, slot), Addr: sb.Addr(),
-				Len: uint32(m), LKey: sb.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled})
+			wr := verbs.SendWR{Addr: sb.Addr(), Len: uint32(m), LKey: sb.LKey(), Opcode: verbs.OpSendWithImm}
+			if m <= c.ep.maxInline {
+				wr.Flags = verbs.SendInline // copied into the request: no DMA read of the buffer
+			}
+			wrs = append(wrs, wr)
 		}
 		c.mu.Lock()
 		unused := k - len(wrs)
 		c.sendSeq -= uint64(unused)
 		c.credits += unused
-		c.sqInFlight -= unused
+		c.sqReserved -= k
 		// Every data message carries the credits pending so far.
 		wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
 		c.pending = 0
@@ -428,8 +457,12 @@ func (c *Conn) write(b []byte) (int, error) {
 				err = net.ErrClosed
 			}
 		} else {
+			for i := range wrs {
+				c.sqPushLocked(&wrs[i], wrSendData, 0, false)
+			}
 			err = c.ep.qp.PostSend(wrs)
 			if err != nil {
+				c.sqPopLocked(len(wrs))
 				c.failLocked(err)
 			}
 		}
@@ -685,6 +718,12 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	}
 	c.wrDeadline.set(t)
 	return nil
+}
+
+func (c *Conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 func (c *Conn) checkOpen(op string) error {

@@ -27,6 +27,7 @@ type endpoint struct {
 
 	bufSize, nRecv, nSend int
 	maxMsgs, maxOps       int // zero-copy messages and one-sided operations in flight
+	maxInline             int // largest payload sent inline (copied into the work request)
 	sqDepth               int
 	closed                bool
 }
@@ -49,6 +50,12 @@ const (
 // ctlReserve is the send-queue room kept for control messages (credit
 // updates, end of stream).
 const ctlReserve = 8
+
+// inlineRequest is the inline room asked for at QP creation: payloads up to
+// it are copied into the work request at post time, so small sends need no
+// DMA read of their buffer (the device may grant more; a device that
+// refuses gets a QP without inline room).
+const inlineRequest = 256
 
 // maxOneSided is how many one-sided operations a connection keeps in flight.
 const maxOneSided = 16
@@ -91,10 +98,15 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 		return nil, err
 	}
 	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
-	if e.qp, err = e.dev.pd.CreateQP(verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
-		SendWR: e.sqDepth, RecvWR: e.nRecv}); err != nil {
-		return nil, err
+	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
+		SendWR: e.sqDepth, RecvWR: e.nRecv, InlineData: inlineRequest}
+	if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
+		qpc.InlineData = 0 // the device has less inline room (or none): post every payload by reference
+		if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
+			return nil, err
+		}
 	}
+	e.maxInline = e.qp.MaxInline
 	for i := 0; i < e.nRecv; i++ {
 		b, err := e.dev.pool.Get(e.bufSize)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -127,6 +128,8 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
 	}
 	large := b.Len() > c.peerBufSize
+	var w poller.Waiter
+	defer w.End()
 	for {
 		if err := c.writeErrLocked(); err != nil {
 			return err
@@ -134,11 +137,11 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		if async && !c.asyncRoomLocked() {
 			return ErrCompletionsFull
 		}
-		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqInFlight < c.ep.sqDepth-ctlReserve/2-1 &&
+		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
 			(!large || c.rvOut < maxRendezvous) {
 			break
 		}
-		if err := c.waitLocked(ctx, &c.wrDeadline); err != nil {
+		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
 			return err
 		}
 	}
@@ -158,8 +161,13 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		}
 		return nil
 	}
-	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendMsg, slot), Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
-		Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}); err != nil {
+	wr := verbs.SendWR{Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
+		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
+	if b.Len() <= c.ep.maxInline {
+		wr.Flags = verbs.SendInline
+	}
+	// An asynchronous send's outcome goes to Completions(): it needs its own.
+	if err := c.postLocked(wr, wrSendMsg, slot, async); err != nil {
 		c.msgSend[slot] = buffer.Buf{}
 		c.msgFree = append(c.msgFree, slot)
 		return err
@@ -172,9 +180,23 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	return nil
 }
 
-// waitLocked releases c.mu until the connection's state changes, ctx ends or
-// the deadline passes. Called with c.mu held; returns with it held.
-func (c *Conn) waitLocked(ctx context.Context, d *deadline) error {
+// waitLocked waits for the connection's state to change, ctx to end or the
+// deadline to pass, driving the CQ meanwhile (spinWait). Called with c.mu
+// held, right after the caller's condition failed; returns with it held,
+// and the caller checks its condition again. w is the caller's wait (its
+// End is the caller's to defer).
+func (c *Conn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
+	if !w.Started() || w.Spinning() {
+		c.mu.Unlock()
+		c.spinWait(w, &c.wrSpin)
+		c.mu.Lock()
+		if c.closed {
+			return net.ErrClosed
+		}
+		return nil
+	}
+	// Parked: the wake channel is taken in the critical section that
+	// checked the condition, so no change after that check is missed.
 	wake := c.wakeChan()
 	c.mu.Unlock()
 	defer c.mu.Lock()
@@ -210,13 +232,25 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 // completion queue itself, as Read does: a completion handled on the
 // waiting goroutine needs no wake-up of the poller's thread and no handoff.
 func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, error) {
+	var w poller.Waiter
+	defer w.End()
+	var zero T
 	for {
 		select {
 		case v, ok := <-ch:
 			return received(c, op, v, ok)
 		default:
 		}
-		if !c.pollInline() {
+		if c.isClosed() {
+			return zero, c.opError(op, net.ErrClosed)
+		}
+		if ctx != nil && ctx.Err() != nil {
+			return zero, c.opError(op, ctx.Err())
+		}
+		if c.rdDeadline.expired() {
+			return zero, c.opError(op, os.ErrDeadlineExceeded)
+		}
+		if !c.spinWait(&w, &c.rdSpin) {
 			break
 		}
 	}
@@ -224,7 +258,6 @@ func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, er
 	if ctx != nil {
 		done = ctx.Done()
 	}
-	var zero T
 	select {
 	case v, ok := <-ch:
 		return received(c, op, v, ok)

@@ -788,8 +788,8 @@ func rawSend(t *testing.T, c *Conn, kind wire.Kind, val uint32, payload []byte) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := copy(c.ep.rvDesc.Full(), payload)
-	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Addr: c.ep.rvDesc.Addr(), Len: uint32(n),
-		LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled, Imm: wire.EncodeImm(kind, val)}); err != nil {
+	if err := c.postLocked(verbs.SendWR{Addr: c.ep.rvDesc.Addr(), Len: uint32(n),
+		LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, val)}, wrSendCtl, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	c.credits--

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -214,6 +215,8 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	c.mu.Lock()
 	needCredit := opcode == verbs.OpRDMAWriteWithImm
+	var w poller.Waiter
+	defer w.End()
 	for {
 		if err := c.writeErrLocked(); err != nil && !(async && err == os.ErrDeadlineExceeded) {
 			c.mu.Unlock()
@@ -226,7 +229,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 		if len(c.opFree) > 0 && (!needCredit || c.credits >= 2) {
 			break
 		}
-		if err := c.waitLocked(ctx, &c.wrDeadline); err != nil {
+		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
 			c.mu.Unlock()
 			return c.opError(op, err)
 		}
@@ -240,8 +243,8 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	local.Retain()
 	s.async, s.id, s.local = async, id, local
-	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrOneSided, idx), Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
-		Opcode: opcode, Flags: verbs.SendSignaled, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}); err != nil {
+	if err := c.postLocked(verbs.SendWR{Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
+		Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, wrOneSided, idx, true); err != nil {
 		s.local = buffer.Buf{}
 		c.opFree = append(c.opFree, idx)
 		c.mu.Unlock()
@@ -258,11 +261,12 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	if async {
 		return nil
 	}
+	w.End() // the wait for a slot is over; the wait for the completion starts afresh
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
-	for c.pollInline() {
+	for {
 		select {
 		case err := <-s.done:
 			if err != nil {
@@ -270,6 +274,15 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 			}
 			return nil
 		default:
+		}
+		if done != nil && ctx.Err() != nil {
+			return c.opError(op, ctx.Err()) // the operation itself still completes
+		}
+		if c.isClosed() {
+			return c.opError(op, net.ErrClosed)
+		}
+		if !c.spinWait(&w, &c.wrSpin) {
+			break
 		}
 	}
 	select {

@@ -65,26 +65,33 @@ type Config struct {
 	// RetryCount is the RC transport retry count sent to the peer (how often a
 	// lost packet is retransmitted before the connection fails). 0 means 7.
 	RetryCount int
-	// PollMode is how the device's completion pollers wait for work:
-	// PollAdaptive (the zero value) spins for PollSpin, then sleeps in the Go
-	// netpoller; PollBusy never sleeps (a core per poller at 100%, lowest
-	// latency); PollEvent never spins.
+	// PollMode is how completions are waited for. PollAdaptive (the zero
+	// value): a goroutine that waits for a completion (Read, Write waiting
+	// for credit, Recv, a blocking one-sided call) polls the CQ itself for a
+	// spin budget, then parks; the device's poller goroutine covers what
+	// nobody waits for (Messages(), Notifications() and Completions()
+	// consumers, idle connections) and sleeps in the Go netpoller.
+	// PollBusy: the pollers never sleep (a core per poller at 100%).
+	// PollEvent: nobody spins; every wait goes through the completion channel.
 	PollMode PollMode
-	// PollSpin is the adaptive spin budget after the last completion.
-	// 0 means 50 µs; a negative value means PollEvent.
+	// PollSpin is the shortest spin budget of a waiting caller; a caller
+	// whose recent waits were longer (a slower round trip) spins about
+	// twice their mean, up to 2 ms, before it parks. 0 means 50 µs; a
+	// negative value means PollEvent.
 	PollSpin time.Duration
-	// Pollers is how many pollers serve a device, each locked to an OS thread
-	// pinned to its own core and shared by all the device's connections
-	// (least-loaded first). 0 means 1; never more than GOMAXPROCS-1.
+	// Pollers is how many pollers serve a device, shared by all the
+	// device's connections (least-loaded first). 0 means 1; never more
+	// than GOMAXPROCS-1.
 	Pollers int
-	// PollCPUs are the cores to pin pollers to; nil means chosen from the
-	// topology (one per physical core first, highest-numbered first).
+	// PollCPUs are the cores to pin pollers to (each on an OS thread locked
+	// to its core). nil means: pinned only when the process may run on at
+	// least 4 CPUs, to cores no other process's poller claimed (one per
+	// physical core first, highest-numbered first); with fewer CPUs a
+	// pinned poller would share the application's core and every hand-over
+	// would be a thread switch, so the pollers run as ordinary goroutines.
 	PollCPUs []int
-	// PollNoPin runs the pollers as ordinary goroutines (no locked OS thread,
-	// no affinity). Pinning pays off with PollBusy on dedicated cores; when
-	// pollers sleep on cores they share, waking a locked thread costs a
-	// thread handoff (in the 2-vCPU Soft-RoCE guest: 64 B echo round trip
-	// 0.40 ms unpinned vs 0.78 ms pinned, event mode).
+	// PollNoPin runs the pollers as ordinary goroutines (no locked OS
+	// thread, no affinity) even when PollCPUs is set.
 	PollNoPin bool
 	// The poller settings and PoolMaxBytes take effect when a device's first
 	// connection is set up; connections share a device's pollers and pool.

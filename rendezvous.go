@@ -109,18 +109,20 @@ func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
 	if mr == nil {
 		return errors.New("rendezvous: the buffer's memory registration is gone")
 	}
-	rkey, err := c.ep.qp.PostBindMW(c.ep.wrid(wrBind, slot), mw, mr, b.Addr(), uint64(b.Len()), verbs.AccessRemoteRead)
+	var bind verbs.SendWR
+	c.sqPushLocked(&bind, wrBind, slot, true) // the bind is always signaled
+	rkey, err := c.ep.qp.PostBindMW(bind.WRID, mw, mr, b.Addr(), uint64(b.Len()), verbs.AccessRemoteRead)
 	if err != nil {
+		c.sqPopLocked(1)
 		c.failLocked(err)
 		return err
 	}
-	c.sqInFlight++
 	off := slot * wire.RendezvousLen
 	wire.Rendezvous{ID: uint32(slot), Region: wire.Region{Addr: b.Addr(), Len: uint32(b.Len()), RKey: rkey}}.
 		AppendTo(c.ep.rvDesc.Full()[off:off])
-	if err := c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendRv, slot), Addr: c.ep.rvDesc.Addr() + uint64(off),
-		Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-		Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}); err != nil {
+	if err := c.postLocked(verbs.SendWR{Addr: c.ep.rvDesc.Addr() + uint64(off),
+		Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm,
+		Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}, wrSendRv, slot, false); err != nil {
 		return err // the window stays bound until release deallocates it
 	}
 	c.rvSending[slot] = true
@@ -169,22 +171,21 @@ func (c *Conn) pumpRendezvousLocked() {
 	if c.qpDown {
 		return // release revokes the windows and frees the buffers
 	}
-	for len(c.rvInval) > 0 && c.sqInFlight < c.ep.sqDepth {
+	for len(c.rvInval) > 0 && c.sqUsedLocked() < c.ep.sqDepth {
 		id := c.rvInval[0]
-		if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrInval, id), Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled,
-			RKey: c.rvMW[id].RKey()}) != nil {
+		if c.postLocked(verbs.SendWR{Opcode: verbs.OpLocalInv, RKey: c.rvMW[id].RKey()}, wrInval, id, true) != nil {
 			return
 		}
 		c.rvInval = append(c.rvInval[:0], c.rvInval[1:]...)
 	}
-	for len(c.rvDone) > 0 && c.sqInFlight < c.ep.sqDepth {
-		if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrSendCtl, 0), Opcode: verbs.OpSendWithImm, Flags: verbs.SendSignaled,
-			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}) != nil {
+	for len(c.rvDone) > 0 && c.sqUsedLocked() < c.ep.sqDepth {
+		if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm,
+			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}, wrSendCtl, 0, false) != nil {
 			return
 		}
 		c.rvDone = append(c.rvDone[:0], c.rvDone[1:]...)
 	}
-	for i := 0; i < c.inLen && c.rvStalled > 0 && c.rvReads < maxRendezvous && c.sqInFlight < c.ep.sqDepth; i++ {
+	for i := 0; i < c.inLen && c.rvStalled > 0 && c.rvReads < maxRendezvous && c.sqUsedLocked() < c.ep.sqDepth; i++ {
 		idx := c.inbox[(c.inHead+i)%len(c.inbox)]
 		r := &c.rvIn[idx]
 		if r.state == rvWaitPool {
@@ -207,9 +208,9 @@ func (c *Conn) pumpRendezvousLocked() {
 			r.buf, r.state = b, rvNeedPost
 		}
 		if r.state == rvNeedPost {
-			if c.postLocked(verbs.SendWR{WRID: c.ep.wrid(wrReadRv, idx), Addr: r.buf.Addr(), Len: r.desc.Region.Len,
-				LKey: r.buf.LKey(), Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}) != nil {
+			if c.postLocked(verbs.SendWR{Addr: r.buf.Addr(), Len: r.desc.Region.Len,
+				LKey: r.buf.LKey(), Opcode: verbs.OpRDMARead,
+				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}, wrReadRv, idx, true) != nil {
 				return
 			}
 			r.state = rvReading

@@ -1,24 +1,41 @@
 package rdma
 
-// ConnStats counts the work behind a connection, to check batching: cgo
-// crossings per message should fall below one under load.
+// ConnStats counts the work behind a connection, to check batching and who
+// makes progress: doorbells and signaled completions per message should fall
+// below one under load, and a waiting caller should find its completion
+// itself (InlinePolls) rather than wait for the poller to wake (PollerWakeups)
+// and then wake it (Parks).
 type ConnStats struct {
 	// PostCalls is how many ibv_post_send / ibv_post_recv calls (cgo
-	// crossings) this connection made; WorkRequests how many work requests
-	// they carried.
+	// crossings, doorbells) this connection made; WorkRequests how many work
+	// requests they carried.
 	PostCalls, WorkRequests uint64
+	// The same by queue: send-queue doorbells and work requests, of which
+	// Signaled asked for a completion and Inlined carried their payload in
+	// the work request; receive-queue doorbells and work requests.
+	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
+
 	// From the device poller that serves this connection (shared with the
-	// other connections it serves): cgo poll calls (each spins inside C for up
-	// to the spin budget), completions they returned, and times it slept.
-	PollCalls, Completions, PollerSleeps uint64
-	// InlinePolls counts polls made by callers waiting in Read, Recv and the
-	// like instead of waking the poller (they share the poller's CQ).
-	InlinePolls uint64
+	// other connections it serves):
+	// PollCalls: cgo polls by the poller's own goroutine; Completions:
+	// completions dispatched by anyone; PollerSleeps: times the poller armed
+	// the CQ and slept; PollerWakeups: times a completion event woke it.
+	PollCalls, Completions, PollerSleeps, PollerWakeups uint64
+	// InlinePolls counts cgo polls made by callers waiting in Read, Write,
+	// Recv and the like (EmptyPolls of them found nothing); Parks counts
+	// waits that spent their spin budget and slept; Arms counts requests
+	// for a completion event.
+	InlinePolls, EmptyPolls, Parks, Arms uint64
 }
 
 // Stats returns the connection's counters.
 func (c *Conn) Stats() ConnStats {
 	calls, wrs := c.ep.qp.PostStats()
+	pc := c.ep.qp.PostCounts()
 	ps := c.ep.poller.Stats()
-	return ConnStats{PostCalls: calls, WorkRequests: wrs, PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, InlinePolls: ps.InlinePolls}
+	return ConnStats{PostCalls: calls, WorkRequests: wrs,
+		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
+		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
+		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
+		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
 }

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,10 +11,66 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// PickCPUs chooses n cores for pollers among the CPUs this process may run
-// on: one hardware thread per physical core first (a poller sharing a core
-// with its sibling halves both), highest-numbered first (CPU 0 takes most
-// interrupts), then the remaining hardware threads.
+// MinPinCPUs is the fewest CPUs a process must be allowed to run on for
+// its pollers to be pinned without being asked. With fewer, a pinned
+// poller would share its core with the application, and every hand-over
+// between them would be a thread switch; the pollers then run as ordinary
+// goroutines and the application's own goroutines drive the CQs.
+const MinPinCPUs = 4
+
+// claimDir holds one lock file per CPU that some process's poller is
+// pinned to (flock'ed while the poller lives; the kernel drops the lock
+// when the process exits), so pollers of different processes on one host
+// do not stack on the same core.
+var claimDir = "/dev/shm"
+
+// cpuClaim is a CPU this process's poller holds.
+type cpuClaim struct {
+	cpu int
+	f   *os.File
+}
+
+func (c *cpuClaim) release() {
+	if c.f != nil {
+		c.f.Close() // drops the flock
+	}
+}
+
+// ClaimCPUs chooses up to n cores for pinned pollers and claims them
+// host-wide: none when the process may run on fewer than MinPinCPUs CPUs;
+// otherwise cores no other process's poller has claimed, in PickCPUs'
+// order. A CPU claimed by another process is used only if every allowed
+// core is claimed (then the pollers are not pinned at all).
+func ClaimCPUs(n int) ([]int, []*cpuClaim) {
+	allowed := PickCPUs(1 << 10)
+	if len(allowed) < MinPinCPUs {
+		return nil, nil
+	}
+	var cpus []int
+	var claims []*cpuClaim
+	for _, cpu := range allowed {
+		if len(cpus) == n {
+			break
+		}
+		f, err := os.OpenFile(filepath.Join(claimDir, "verbline-poller-cpu"+strconv.Itoa(cpu)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			// No shared place to claim in: pin as PickCPUs orders them.
+			return PickCPUs(n), nil
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+			f.Close() // another process's poller is there
+			continue
+		}
+		cpus = append(cpus, cpu)
+		claims = append(claims, &cpuClaim{cpu: cpu, f: f})
+	}
+	return cpus, claims
+}
+
+// PickCPUs orders up to n cores for pollers among the CPUs this process
+// may run on: one hardware thread per physical core first (a poller
+// sharing a core with its sibling halves both), highest-numbered first
+// (CPU 0 takes most interrupts), then the remaining hardware threads.
 func PickCPUs(n int) []int {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {

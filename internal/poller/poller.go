@@ -18,8 +18,10 @@ import (
 type Mode int
 
 const (
-	// Adaptive spins for Config.Spin after the last completion, then arms the
-	// CQ and sleeps on the completion channel through the Go netpoller.
+	// Adaptive lets waiting callers drive the CQ (each spins for a budget
+	// learnt from its recent waits, then parks); the poller goroutine
+	// covers what nobody waits for and sleeps on the completion channel
+	// through the Go netpoller.
 	Adaptive Mode = iota
 	// Busy never sleeps: lowest latency, one core per poller at 100%.
 	Busy
@@ -42,41 +44,59 @@ func (m Mode) String() string {
 // Config sets up a device's pollers.
 type Config struct {
 	Pollers int           // 0 = one; never more than GOMAXPROCS-1 (at least one)
-	CPUs    []int         // cores to pin to, in order; nil = chosen from the topology
+	CPUs    []int         // cores to pin to, in order; nil = chosen (see Pin)
 	Mode    Mode          // how to wait
-	Spin    time.Duration // adaptive spin budget; 0 = 50 µs
+	Spin    time.Duration // a waiting caller's minimum spin budget; 0 = 50 µs
 	CQSize  int           // initial entries per CQ; 0 = 4096 (grown as connections attach)
 	// NoPin runs pollers as ordinary goroutines: no locked OS thread, no
-	// affinity. Waking a locked thread costs a thread handoff, which
-	// dominates latency when pollers sleep (adaptive/event) on shared cores.
+	// affinity, even when CPUs are given.
 	NoPin bool
+	// Idle is how long the CQ must go unpolled by callers before the
+	// poller goroutine takes over (arms the CQ and sleeps on its channel).
+	// 0 = 1 ms. While callers poll, the CQ stays unarmed: an armed CQ would
+	// wake the poller for completions the callers take themselves.
+	Idle time.Duration
 }
 
-// Stats counts a poller's work.
+// Stats counts a poller's work. Polls made by callers and by the poller's
+// own goroutine are counted apart: the goal is that callers do the work.
 type Stats struct {
-	Polls       uint64 // cgo poll calls (each may spin inside C)
-	Completions uint64
-	Sleeps      uint64 // times it armed the CQ and slept
+	Polls       uint64 // poll calls (cgo) made by the poller goroutine
+	Completions uint64 // completions dispatched, by anyone
+	Sleeps      uint64 // times the poller goroutine armed the CQ and slept
+	Wakeups     uint64 // times a CQ event woke the poller goroutine
 	Dropped     uint64 // completions for connections that had left
-	InlinePolls uint64 // polls done by callers waiting for a completion (TryPoll)
+	InlinePolls uint64 // poll calls made by waiting callers
+	EmptyPolls  uint64 // ... of which found nothing
+	Parks       uint64 // callers that ran out of spin budget and parked
+	Arms        uint64 // ibv_req_notify_cq calls
 }
 
-// Poller owns one CQ shared by the connections attached to it.
+// Poller owns one CQ shared by the connections attached to it. Whoever
+// holds owner polls it and dispatches: a waiting caller (Waiter) or the
+// poller's own goroutine, which covers what no caller waits for.
 type Poller struct {
-	g                                                *Group
-	cq                                               *verbs.CQ
-	ch                                               *verbs.CompChannel
-	file                                             *os.File // dup of the channel fd, for the netpoller
-	handlers                                         *table
-	cpu                                              int // -1 when not pinned
-	tid                                              atomic.Int32
-	reserved                                         int // CQ entries promised to attached connections (g.mu)
-	stop                                             atomic.Bool
-	owner                                            atomic.Bool // held while polling and dispatching (the poller or a TryPoll caller)
-	inline                                           []verbs.WC  // TryPoll's batch, used only by the owner
-	done                                             chan struct{}
-	polls, completions, sleeps, dropped, inlinePolls atomic.Uint64
-	pinErr                                           atomic.Pointer[error]
+	g        *Group
+	cq       *verbs.CQ
+	ch       *verbs.CompChannel
+	file     *os.File // dup of the channel fd, for the netpoller
+	handlers *table
+	cpu      int // -1 when not pinned
+	tid      atomic.Int32
+	reserved int // CQ entries promised to attached connections (g.mu)
+	stop     atomic.Bool
+	done     chan struct{}
+	pinErr   atomic.Pointer[error]
+
+	owner    atomic.Bool   // held while polling and dispatching
+	inline   []verbs.WC    // the owner's batch when a caller polls
+	progress atomic.Uint64 // completions dispatched so far: waiters watch it change
+	spinners atomic.Int32  // callers spinning on the CQ now
+	parked   atomic.Int32  // callers parked until a completion wakes them
+	lastPoll atomic.Int64  // when a caller last polled (monotonic ns)
+
+	polls, completions, sleeps, wakeups, dropped atomic.Uint64
+	inlinePolls, emptyPolls, parks, arms         atomic.Uint64
 }
 
 // Group is the set of pollers of one device context.
@@ -84,6 +104,7 @@ type Group struct {
 	mu      sync.Mutex
 	cfg     Config
 	pollers []*Poller
+	claims  []*cpuClaim
 	closed  bool
 }
 
@@ -95,6 +116,9 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 	if cfg.CQSize == 0 {
 		cfg.CQSize = 4096
 	}
+	if cfg.Idle == 0 {
+		cfg.Idle = time.Millisecond
+	}
 	n := cfg.Pollers
 	if n <= 0 {
 		n = 1
@@ -102,16 +126,16 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 	if limit := runtime.GOMAXPROCS(0) - 1; n > limit {
 		n = max(1, limit)
 	}
-	cpus := cfg.CPUs
-	if cpus == nil {
-		cpus = PickCPUs(n)
-	}
 	g := &Group{cfg: cfg}
 	defer func() {
 		if err != nil {
 			g.Close()
 		}
 	}()
+	cpus := cfg.CPUs
+	if cpus == nil && !cfg.NoPin {
+		cpus, g.claims = ClaimCPUs(n)
+	}
 	for i := 0; i < n; i++ {
 		cpu := -1
 		if i < len(cpus) && !cfg.NoPin {
@@ -200,7 +224,8 @@ func (p *Poller) PinError() error {
 // Stats returns the poller's counters.
 func (p *Poller) Stats() Stats {
 	return Stats{Polls: p.polls.Load(), Completions: p.completions.Load(), Sleeps: p.sleeps.Load(),
-		Dropped: p.dropped.Load(), InlinePolls: p.inlinePolls.Load()}
+		Wakeups: p.wakeups.Load(), Dropped: p.dropped.Load(), InlinePolls: p.inlinePolls.Load(),
+		EmptyPolls: p.emptyPolls.Load(), Parks: p.parks.Load(), Arms: p.arms.Load()}
 }
 
 // Pollers lists the group's pollers.
@@ -213,14 +238,74 @@ func (g *Group) Pollers() []*Poller {
 // Mode is the group's waiting mode.
 func (g *Group) Mode() Mode { return g.cfg.Mode }
 
+// Spin is the group's minimum spin budget for waiting callers.
+func (g *Group) Spin() time.Duration { return g.cfg.Spin }
+
+// pollOwned polls once (spinning inside C for at most cSpin) and
+// dispatches what it found. The caller holds owner.
+func (p *Poller) pollOwned(wcs []verbs.WC, cSpin time.Duration) (int, error) {
+	var n int
+	var err error
+	if cSpin > 0 {
+		n, err = p.cq.PollSpin(wcs, cSpin)
+	} else {
+		n, err = p.cq.Poll(wcs)
+	}
+	if err != nil || n <= 0 {
+		return 0, err
+	}
+	p.completions.Add(uint64(n))
+	if d := p.handlers.dispatch(wcs[:n]); d > 0 {
+		p.dropped.Add(uint64(d))
+	}
+	p.progress.Add(uint64(n))
+	return n, nil
+}
+
+// arm asks for an event at the next completion. Arming twice is harmless.
+func (p *Poller) arm() error {
+	p.arms.Add(1)
+	return p.cq.ReqNotify()
+}
+
+// release gives up ownership. If callers are parked and none is spinning
+// (so nobody will poll soon), it arms the CQ and polls once more, so a
+// completion that arrived before the arm still wakes them: no wake-up is
+// lost between the last poll and a park. The check follows the store so
+// that a waiter that registered as parked while we owned the CQ, and
+// failed to take it, is seen here.
+func (p *Poller) release(wcs []verbs.WC) {
+	for {
+		p.owner.Store(false)
+		if p.parked.Load() == 0 || p.spinners.Load() > 0 || p.stop.Load() {
+			return
+		}
+		if !p.owner.CompareAndSwap(false, true) {
+			return // the new owner inherits the duty
+		}
+		if p.arm() != nil {
+			p.owner.Store(false)
+			return
+		}
+		if n, err := p.pollOwned(wcs, 0); err != nil || n == 0 {
+			p.owner.Store(false)
+			return
+		}
+	}
+}
+
+// run is the poller goroutine: it polls what no caller is waiting for.
+// While callers have polled within cfg.Idle it leaves the CQ unarmed and
+// only looks again after that much time (or when a parking caller armed
+// the CQ and a completion came); once they are quiet it takes over: it
+// drains the CQ, arms it, polls once more and sleeps on the channel.
 func (p *Poller) run(started chan<- struct{}) {
 	defer close(p.done)
-	if !p.g.cfg.NoPin {
-		runtime.LockOSThread() // the thread stays pinned to p.cpu for the poller's life
-		defer runtime.UnlockOSThread()
-	}
-	p.tid.Store(int32(unix.Gettid()))
-	if p.cpu >= 0 && !p.g.cfg.NoPin {
+	if p.cpu >= 0 {
+		// A pinned poller keeps its thread for its whole life; the thread
+		// exits with the goroutine (no UnlockOSThread), so no later
+		// goroutine inherits its CPU affinity.
+		runtime.LockOSThread()
 		var set unix.CPUSet
 		set.Set(p.cpu)
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
@@ -229,93 +314,97 @@ func (p *Poller) run(started chan<- struct{}) {
 			p.cpu = -1
 		}
 	}
+	p.tid.Store(int32(unix.Gettid()))
 	close(started)
 	rc, err := p.file.SyscallConn()
 	if err != nil {
 		return
 	}
 	wcs := make([]verbs.WC, 64)
-	mode, spin := p.g.cfg.Mode, p.g.cfg.Spin
+	mode, idle := p.g.cfg.Mode, p.g.cfg.Idle
 	// Made once: a closure built per sleep would be a heap allocation per sleep.
 	var gerr error
+	events := 0
 	takeEvent := func(uintptr) bool {
 		ok, err := p.ch.GetEvent()
 		if err != nil {
 			gerr = err
 			return true
 		}
+		if ok {
+			events++
+		}
 		return ok
 	}
 	for !p.stop.Load() {
-		if !p.owner.CompareAndSwap(false, true) {
-			runtime.Gosched() // a caller is polling inline (TryPoll); let it finish
+		if mode == Busy {
+			if p.owner.CompareAndSwap(false, true) {
+				n, err := p.pollOwned(wcs, 20*time.Microsecond)
+				p.polls.Add(1)
+				p.release(wcs)
+				if err != nil {
+					return
+				}
+				if n > 0 {
+					continue
+				}
+			}
+			runtime.Gosched()
 			continue
 		}
-		var n int
-		var err error
-		switch mode {
-		case Busy:
-			n, err = p.cq.PollSpin(wcs, time.Millisecond)
-		case Adaptive:
-			n, err = p.cq.PollSpin(wcs, spin)
-		default:
-			n, err = p.cq.Poll(wcs)
-		}
-		p.polls.Add(1)
-		if err != nil {
-			return
-		}
-		if n == 0 && mode != Busy {
-			// Arm, then poll once more: a completion that arrived before the
-			// arm raises no event.
-			if err := p.cq.ReqNotify(); err != nil {
-				return
-			}
-			if n, err = p.cq.Poll(wcs); err != nil {
-				return
-			}
-			if n == 0 {
-				p.owner.Store(false)
-				p.sleeps.Add(1)
-				werr := rc.Read(takeEvent)
-				if werr != nil || gerr != nil {
-					return // Close closed the file
+		// Drain what is there, unless a caller is polling right now.
+		if p.owner.CompareAndSwap(false, true) {
+			for {
+				n, err := p.pollOwned(wcs, 0)
+				p.polls.Add(1)
+				if err != nil {
+					p.owner.Store(false)
+					return
 				}
+				if n < len(wcs) {
+					break
+				}
+			}
+			sinceCaller := time.Duration(nanotime() - p.lastPoll.Load())
+			if mode == Event || sinceCaller >= idle {
+				// Nobody drives the CQ: arm it, poll once more (a
+				// completion before the arm raises no event), sleep.
+				if p.arm() != nil {
+					p.owner.Store(false)
+					return
+				}
+				n, err := p.pollOwned(wcs, 0)
+				p.polls.Add(1)
+				if err != nil {
+					p.owner.Store(false)
+					return
+				}
+				p.owner.Store(false)
+				if n > 0 {
+					continue
+				}
+				p.sleeps.Add(1)
+				p.file.SetReadDeadline(time.Time{})
+			} else {
+				p.release(wcs)
+				// Callers drive it: look again once they may have gone quiet.
+				p.file.SetReadDeadline(time.Now().Add(idle - sinceCaller))
+			}
+		} else {
+			p.file.SetReadDeadline(time.Now().Add(idle))
+		}
+		events = 0
+		werr := rc.Read(takeEvent)
+		if gerr != nil || (werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded)) {
+			return // Close closed the file
+		}
+		if events > 0 {
+			p.wakeups.Add(1)
+			for ; events > 0; events-- {
 				p.cq.GotEvent()
-				continue
 			}
 		}
-		if n > 0 {
-			p.completions.Add(uint64(n))
-			if d := p.handlers.dispatch(wcs[:n]); d > 0 {
-				p.dropped.Add(uint64(d))
-			}
-		}
-		p.owner.Store(false)
 	}
-}
-
-// TryPoll polls the CQ and dispatches what it finds on the caller's
-// goroutine, spinning inside C for up to spin, if nobody else is polling it
-// right now (one owner at a time keeps each connection's completions in
-// order). A blocked Read calls it before parking: a completion handled on
-// the reader's own goroutine needs no wake-up of the poller's thread and no
-// handoff back. It returns the number dispatched, or -1 if the CQ was busy.
-func (p *Poller) TryPoll(spin time.Duration) int {
-	if p.stop.Load() || !p.owner.CompareAndSwap(false, true) {
-		return -1
-	}
-	defer p.owner.Store(false)
-	n, err := p.cq.PollSpin(p.inline, spin)
-	p.inlinePolls.Add(1)
-	if err != nil || n <= 0 {
-		return 0
-	}
-	p.completions.Add(uint64(n))
-	if d := p.handlers.dispatch(p.inline[:n]); d > 0 {
-		p.dropped.Add(uint64(d))
-	}
-	return n
 }
 
 // Close stops the pollers and destroys their CQs. Every QP on them must be
@@ -328,6 +417,7 @@ func (g *Group) Close() error {
 	}
 	g.closed = true
 	ps := g.pollers
+	claims := g.claims
 	g.mu.Unlock()
 	var errs []error
 	for _, p := range ps {
@@ -335,6 +425,9 @@ func (g *Group) Close() error {
 		p.file.Close() // wakes a sleeping poller
 		<-p.done
 		errs = append(errs, p.cq.Close(), p.ch.Close())
+	}
+	for _, c := range claims {
+		c.release()
 	}
 	return errors.Join(errs...)
 }

@@ -28,11 +28,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// TestPinnedThread: each poller runs on its own OS thread whose affinity is
-// exactly its core.
+// TestPinnedThread: a poller given a core runs on its own OS thread whose
+// affinity is exactly that core.
 func TestPinnedThread(t *testing.T) {
 	ctx := openDevice(t)
-	g, err := NewGroup(ctx, Config{Mode: Event})
+	g, err := NewGroup(ctx, Config{Mode: Event, CPUs: PickCPUs(1)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,15 +162,17 @@ type QPConfig struct {
 // QP is a queue pair. It keeps its PD and CQs alive. Every state change goes
 // through its StateGuard, which validates it against the transition table.
 type QP struct {
-	mu        sync.Mutex
-	qp        *C.struct_ibv_qp
-	pd        *PD
-	cfg       QPConfig
-	guard     *StateGuard
-	posts     atomic.Uint64
-	wrsPosted atomic.Uint64
-	Num       uint32
-	MaxInline int
+	mu                                    sync.Mutex
+	qp                                    *C.struct_ibv_qp
+	pd                                    *PD
+	cfg                                   QPConfig
+	guard                                 *StateGuard
+	posts                                 atomic.Uint64
+	wrsPosted                             atomic.Uint64
+	sendPosts, sendWRs, signaled, inlined atomic.Uint64
+	recvPosts, recvWRs                    atomic.Uint64
+	Num                                   uint32
+	MaxInline                             int
 }
 
 // CreateQP creates a queue pair in RESET.
@@ -231,10 +233,23 @@ func (q *QP) PostSend(wrs []SendWR) error {
 	for len(wrs) > 0 {
 		n := min(len(wrs), postBatch)
 		q.posts.Add(1)
+		q.sendPosts.Add(1)
 		if ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
 			return postError("ibv_post_send", q.Num, -ret)
 		}
 		q.wrsPosted.Add(uint64(n))
+		q.sendWRs.Add(uint64(n))
+		var sig, inl uint64
+		for i := range wrs[:n] {
+			if wrs[i].Flags&SendSignaled != 0 {
+				sig++
+			}
+			if wrs[i].Flags&SendInline != 0 {
+				inl++
+			}
+		}
+		q.signaled.Add(sig)
+		q.inlined.Add(inl)
 		wrs = wrs[n:]
 	}
 	return nil
@@ -245,10 +260,12 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	for len(wrs) > 0 {
 		n := min(len(wrs), postBatch)
 		q.posts.Add(1)
+		q.recvPosts.Add(1)
 		if ret := C.post_recv(q.qp, (*C.gorecvwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
 			return postError("ibv_post_recv", q.Num, -ret)
 		}
 		q.wrsPosted.Add(uint64(n))
+		q.recvWRs.Add(uint64(n))
 		wrs = wrs[n:]
 	}
 	return nil
@@ -261,6 +278,19 @@ func postError(op string, qpn uint32, code C.int) error {
 // PostStats reports how many post calls crossed into C and how many work
 // requests they carried (work requests per call = batching achieved).
 func (q *QP) PostStats() (calls, wrs uint64) { return q.posts.Load(), q.wrsPosted.Load() }
+
+// PostCounts splits the QP's posts by queue: doorbells (post calls) and
+// work requests on the send and receive queues, and how many sends asked
+// for a completion (signaled) or carried their payload inline.
+type PostCounts struct {
+	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
+}
+
+// PostCounts returns the QP's post counters.
+func (q *QP) PostCounts() PostCounts {
+	return PostCounts{SendPosts: q.sendPosts.Load(), SendWRs: q.sendWRs.Load(), Signaled: q.signaled.Load(),
+		Inlined: q.inlined.Load(), RecvPosts: q.recvPosts.Load(), RecvWRs: q.recvWRs.Load()}
+}
 
 // Close destroys the QP. Idempotent.
 func (q *QP) Close() error {

@@ -67,6 +67,9 @@ type Sample struct {
 	// Check is perftest's bandwidth recomputed as MsgRate[Mpps] x size, in MB/s:
 	// it verifies the MiB -> MB conversion of "BW average[MB/sec]".
 	Check float64 `json:"check,omitempty"`
+	// Counters: the library's ConnStats of both processes, per message
+	// (per round trip for latency), keyed "client.X" / "server.X" (ours only).
+	Counters map[string]float64 `json:"counters,omitempty"`
 }
 
 // pingPong: the client writes Size bytes and reads the echo with io.ReadFull,

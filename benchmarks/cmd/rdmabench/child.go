@@ -80,7 +80,16 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 			return fmt.Errorf("dial %s: %w", connect, err)
 		}
 	}
+	rc, ours := conn.(*rdma.Conn)
+	var before rdma.ConnStats
+	if ours {
+		before = rc.Stats()
+	}
 	s, err := c.Run(&Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup})
+	if ours && err == nil {
+		b, _ := json.Marshal(perMessage(before, rc.Stats(), a.iters+a.warmup))
+		fmt.Printf("counters %s\n", b)
+	}
 	if cerr := conn.Close(); err == nil && cerr != nil && !serve {
 		err = fmt.Errorf("close: %w", cerr)
 	}
@@ -127,18 +136,64 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 	if cerr != nil || serr != nil {
 		return nil, childErr(fmt.Errorf("client: %v; server: %v", status(cli, cerr), status(srv, serr)), srv, cli)
 	}
-	for _, p := range []*proc{srv, cli} {
+	var sample *Sample
+	counters := map[string]float64{}
+	for i, p := range []*proc{srv, cli} {
 		for _, l := range p.stdout.lines() {
-			if js, ok := strings.CutPrefix(l, "result "); ok {
+			if js, ok := strings.CutPrefix(l, "result "); ok && sample == nil {
 				var s Sample
 				if err := json.Unmarshal([]byte(js), &s); err != nil {
 					return nil, childErr(fmt.Errorf("bad result line %q: %v", l, err), p)
 				}
-				return &s, nil
+				sample = &s
+			}
+			if js, ok := strings.CutPrefix(l, "counters "); ok {
+				var m map[string]float64
+				if err := json.Unmarshal([]byte(js), &m); err != nil {
+					return nil, childErr(fmt.Errorf("bad counters line %q: %v", l, err), p)
+				}
+				side := [...]string{"server.", "client."}[i]
+				for k, v := range m {
+					counters[side+k] = v
+				}
 			}
 		}
 	}
-	return nil, childErr(fmt.Errorf("neither side reported a result"), srv, cli)
+	if sample == nil {
+		return nil, childErr(fmt.Errorf("neither side reported a result"), srv, cli)
+	}
+	if len(counters) > 0 {
+		sample.Counters = counters
+	}
+	return sample, nil
+}
+
+// perMessage is the work one process did per message (per round trip for
+// latency cases) between two ConnStats: the figures issue #9 sets targets
+// for. cgo_work counts the crossings that returned work (posts and polls
+// that found completions), cgo_empty the polls that found nothing.
+func perMessage(a, b rdma.ConnStats, n int) map[string]float64 {
+	if n <= 0 {
+		n = 1
+	}
+	d := func(x, y uint64) float64 { return float64(y-x) / float64(n) }
+	polls := d(a.InlinePolls, b.InlinePolls) + d(a.PollCalls, b.PollCalls)
+	empty := d(a.EmptyPolls, b.EmptyPolls)
+	return map[string]float64{
+		"send_doorbells": d(a.SendPosts, b.SendPosts),
+		"recv_doorbells": d(a.RecvPosts, b.RecvPosts),
+		"send_wrs":       d(a.SendWRs, b.SendWRs),
+		"signaled":       d(a.Signaled, b.Signaled),
+		"inlined":        d(a.Inlined, b.Inlined),
+		"completions":    d(a.Completions, b.Completions),
+		"caller_polls":   d(a.InlinePolls, b.InlinePolls),
+		"poller_polls":   d(a.PollCalls, b.PollCalls),
+		"poller_wakeups": d(a.PollerWakeups, b.PollerWakeups),
+		"parks":          d(a.Parks, b.Parks),
+		"arms":           d(a.Arms, b.Arms),
+		"cgo_work":       d(a.PostCalls, b.PostCalls) + polls - empty,
+		"cgo_empty":      empty + d(a.Arms, b.Arms),
+	}
 }
 
 // status is a child's exit error with the last line it wrote to stderr.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -38,7 +39,7 @@ func TestParsePerftestLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Sample{Value: 19.96, Avg: 451.56, P99: 5865.76, P999: 89659.50}
-	if *s != want {
+	if !reflect.DeepEqual(*s, want) {
 		t.Fatalf("got %+v, want %+v", *s, want)
 	}
 }

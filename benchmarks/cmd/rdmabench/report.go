@@ -27,7 +27,8 @@ type report struct {
 // aggregate is the median over the repetitions of each statistic.
 type aggregate struct {
 	Value, P99, P999, Avg, Check float64
-	Reps                         []float64 // each repetition's value
+	Reps                         []float64          // each repetition's value
+	Counters                     map[string]float64 // median per key over the repetitions
 	Errs                         []string
 }
 
@@ -51,6 +52,12 @@ func (h *harness) report(plan []metricPlan, cells map[cellKey]*cell, wall time.D
 			a.Check = field(func(s *Sample) float64 { return s.Check })
 			for _, s := range c.Samples {
 				a.Reps = append(a.Reps, s.Value)
+			}
+			if c.Samples[0].Counters != nil {
+				a.Counters = map[string]float64{}
+				for key := range c.Samples[0].Counters {
+					a.Counters[key] = field(func(s *Sample) float64 { return s.Counters[key] })
+				}
 			}
 		}
 		r.agg[k] = a
@@ -121,7 +128,7 @@ func cellText(m Metric, a *aggregate) string {
 		s += "!"
 	}
 	if m == Latency {
-		s += fmt.Sprintf(" [%s %s]", fmtVal(m, a.P99), fmtVal(m, a.P999))
+		s += fmt.Sprintf(" (%s) [%s %s]", fmtVal(m, a.Avg), fmtVal(m, a.P99), fmtVal(m, a.P999))
 	}
 	if len(a.Errs) > 0 {
 		s += fmt.Sprintf(" (%d failed)", len(a.Errs))
@@ -135,7 +142,7 @@ func (r *report) printTable(w io.Writer) {
 		m := mp.Metric
 		fmt.Fprintf(w, "\n%s, %s", m.Title(), m.Unit())
 		if m == Latency {
-			fmt.Fprintf(w, ": median [p99 p99.9]")
+			fmt.Fprintf(w, ": median (mean) [p99 p99.9]")
 		}
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -166,12 +173,42 @@ func (r *report) printTable(w io.Writer) {
 			}
 		}
 		tw.Flush()
+		r.printCounters(w, mp)
 	}
 	for _, n := range r.warnings() {
 		fmt.Fprintf(w, "\nWARNING: %s\n", n)
 	}
 	fmt.Fprintf(w, "\n%s\n", legend)
 	fmt.Fprintf(w, "wall time %s\n", r.wall.Round(time.Second))
+}
+
+// counterKeys are the per-message counters the table shows (the JSON has all).
+var counterKeys = []string{"send_doorbells", "recv_doorbells", "signaled", "cgo_work", "cgo_empty", "poller_wakeups", "parks"}
+
+// printCounters shows, for our cases, the work per message (per round trip
+// for latency) of the client and the server: medians over the repetitions.
+func (r *report) printCounters(w io.Writer, mp metricPlan) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, size := range mp.Sizes {
+		for _, o := range mp.Ours {
+			a := r.get(mp.Metric, size, o.Label)
+			if a == nil || a.Counters == nil {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(w, "  per %s, client | server:\n", map[bool]string{true: "round trip", false: "message"}[mp.Metric == Latency])
+				fmt.Fprintln(tw, "  size\tcase\t"+strings.Join(counterKeys, "\t"))
+				header = true
+			}
+			row := []string{"  " + sizeString(size), o.Label}
+			for _, k := range counterKeys {
+				row = append(row, fmt.Sprintf("%.2f | %.2f", a.Counters["client."+k], a.Counters["server."+k]))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+	}
+	tw.Flush()
 }
 
 // unstableSpread is the ratio of the largest to the smallest repetition above
@@ -223,23 +260,26 @@ Soft-RoCE emulated in a TCG guest: only ratios within one run mean anything.`
 // baseline at one size. Values are medians over the repetitions; null means
 // every repetition failed (see error).
 type jsonResult struct {
-	Case          string    `json:"case"`
-	Metric        Metric    `json:"metric"`
-	Size          int       `json:"size"`
-	Ours          *float64  `json:"ours"`
-	Baseline      string    `json:"baseline"` // "perftest" or "tcp"
-	BaselineCmd   string    `json:"baseline_cmd"`
-	BaselineValue *float64  `json:"baseline_value"`
-	Ratio         *float64  `json:"ratio"` // ours / baseline_value
-	OursP99       *float64  `json:"ours_p99,omitempty"`
-	OursP999      *float64  `json:"ours_p999,omitempty"`
-	BaselineP99   *float64  `json:"baseline_p99,omitempty"`
-	BaselineP999  *float64  `json:"baseline_p999,omitempty"`
-	OursAvg       *float64  `json:"ours_avg,omitempty"`
-	BaselineAvg   *float64  `json:"baseline_avg,omitempty"`
-	BaselineCheck *float64  `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
-	OursReps      []float64 `json:"ours_reps"`
-	BaselineReps  []float64 `json:"baseline_reps"`
+	Case          string   `json:"case"`
+	Metric        Metric   `json:"metric"`
+	Size          int      `json:"size"`
+	Ours          *float64 `json:"ours"`
+	Baseline      string   `json:"baseline"` // "perftest" or "tcp"
+	BaselineCmd   string   `json:"baseline_cmd"`
+	BaselineValue *float64 `json:"baseline_value"`
+	Ratio         *float64 `json:"ratio"` // ours / baseline_value
+	OursP99       *float64 `json:"ours_p99,omitempty"`
+	OursP999      *float64 `json:"ours_p999,omitempty"`
+	BaselineP99   *float64 `json:"baseline_p99,omitempty"`
+	BaselineP999  *float64 `json:"baseline_p999,omitempty"`
+	OursAvg       *float64 `json:"ours_avg,omitempty"`
+	// OursCounters: work per message (round trip) of both processes,
+	// "client.X" / "server.X" (medians over the repetitions).
+	OursCounters  map[string]float64 `json:"ours_counters,omitempty"`
+	BaselineAvg   *float64           `json:"baseline_avg,omitempty"`
+	BaselineCheck *float64           `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
+	OursReps      []float64          `json:"ours_reps"`
+	BaselineReps  []float64          `json:"baseline_reps"`
 	// Repetitions more than unstableSpread apart (the table's "!").
 	OursUnstable     bool   `json:"ours_unstable,omitempty"`
 	BaselineUnstable bool   `json:"baseline_unstable,omitempty"`
@@ -265,6 +305,7 @@ func (r *report) results() []jsonResult {
 					var errs []string
 					if oa != nil {
 						j.Ours, j.OursReps, j.OursUnstable = ptr(oa.Value), oa.Reps, oa.unstable()
+						j.OursCounters = oa.Counters
 						if m == Latency {
 							j.OursP99, j.OursP999, j.OursAvg = ptr(oa.P99), ptr(oa.P999), ptr(oa.Avg)
 						}

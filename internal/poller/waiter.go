@@ -1,0 +1,166 @@
+package poller
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+var epoch = time.Now()
+
+// nanotime is monotonic nanoseconds since the package started (a vDSO
+// clock read, no allocation).
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// cSpin is how long one caller poll may spin inside C: short enough that
+// the Go scheduler and sysmon never see a long cgo call holding the P.
+const cSpin = 2 * time.Microsecond
+
+// maxSpin caps a learnt spin budget: a caller that waited this long parks.
+const maxSpin = 2 * time.Millisecond
+
+// SpinBudget learns how long a caller should spin before parking: about
+// twice its recent waits (an exponentially weighted mean), never less than
+// the configured minimum, never more than maxSpin. A ping-pong whose round
+// trip exceeds the minimum keeps spinning through it instead of parking
+// every time; a connection whose waits are long (idle) parks after the
+// minimum or maxSpin.
+type SpinBudget struct {
+	ewma atomic.Int64 // ns
+}
+
+// Budget is the spin budget given the configured minimum.
+func (s *SpinBudget) Budget(min time.Duration) time.Duration {
+	b := 2 * time.Duration(s.ewma.Load())
+	if b < min {
+		return min
+	}
+	if b > maxSpin {
+		return max(min, maxSpin)
+	}
+	return b
+}
+
+// Observe records how long a wait took. Waits longer than maxSpin are
+// idleness, not latency: they pull the estimate down to nothing.
+func (s *SpinBudget) Observe(d time.Duration) {
+	if d > maxSpin {
+		d = 0
+	}
+	old := s.ewma.Load()
+	s.ewma.Store(old + (int64(d)-old)/8)
+}
+
+// Waiter drives a poller's CQ for one blocked caller: it polls the CQ
+// itself (one owner at a time, by CAS), watches the progress others make
+// while they own it, yields between tries so other goroutines run even
+// under GOMAXPROCS 1, and once its spin budget is spent it parks: it
+// registers as parked, arms the CQ and polls once more, so the completion
+// it waits for wakes the poller's goroutine, which dispatches it and so
+// wakes the caller. A Waiter lives on the caller's stack (no allocation).
+//
+//	w.Start(p, budget)
+//	defer w.End()
+//	for {
+//		if condition() { return }
+//		if w.Spin() { continue } // polled, or saw progress, or still within budget
+//		select { ...park until woken... }
+//	}
+type Waiter struct {
+	p        *Poller
+	est      *SpinBudget
+	start    int64
+	budget   int64
+	lastProg uint64
+	spinning bool
+	parked   bool
+}
+
+// Start begins a wait on p with a spin budget (0: park at once, still
+// polling once first).
+func (w *Waiter) Start(p *Poller, est *SpinBudget, budget time.Duration) {
+	*w = Waiter{p: p, est: est, start: nanotime(), budget: int64(budget), lastProg: p.progress.Load(), spinning: true}
+	p.spinners.Add(1)
+}
+
+// Spin makes one step of progress for the caller and reports whether the
+// caller should check its condition again before parking: true while the
+// spin budget lasts, and once more right after the waiter registered as
+// parked (the CQ is then armed). false means park now.
+func (w *Waiter) Spin() bool {
+	p := w.p
+	if w.spinning {
+		if p.stop.Load() {
+			w.stopSpinning()
+			return false
+		}
+		if p.owner.CompareAndSwap(false, true) {
+			n, err := p.pollOwned(p.inline, cSpin)
+			p.inlinePolls.Add(1)
+			p.lastPoll.Store(nanotime())
+			if n == 0 {
+				p.emptyPolls.Add(1)
+			}
+			p.release(p.inline)
+			if n > 0 {
+				w.lastProg = p.progress.Load()
+				return true
+			}
+			if err != nil {
+				w.stopSpinning()
+				return false
+			}
+		} else if prog := p.progress.Load(); prog != w.lastProg {
+			w.lastProg = prog // someone else dispatched: maybe ours
+			return true
+		}
+		if nanotime()-w.start < w.budget {
+			runtime.Gosched()
+			return true
+		}
+		// Budget spent: park. Register first, then arm and poll once more
+		// (done by release when no one else spins), then let the caller
+		// check its condition one last time before it sleeps.
+		p.parks.Add(1)
+		p.parked.Add(1)
+		w.parked = true
+		w.stopSpinning() // the last spinner to leave arms the CQ for the parked
+		return true
+	}
+	return false
+}
+
+// Started reports whether Start was called and End not yet.
+func (w *Waiter) Started() bool { return w.p != nil }
+
+// Spinning reports whether the next Spin may still poll (false once the
+// waiter has registered as parked: the caller should sleep).
+func (w *Waiter) Spinning() bool { return w.spinning }
+
+func (w *Waiter) stopSpinning() {
+	if w.spinning {
+		w.spinning = false
+		if w.p.spinners.Add(-1) == 0 && w.p.parked.Load() > 0 && w.p.owner.CompareAndSwap(false, true) {
+			// The last spinner leaves while callers are parked: release
+			// arms the CQ for them and polls once more.
+			w.p.release(w.p.inline)
+		}
+	}
+}
+
+// End finishes the wait (whatever its outcome) and teaches the spin budget
+// how long it took.
+func (w *Waiter) End() {
+	if w.p == nil {
+		return
+	}
+	w.stopSpinning()
+	if w.parked {
+		w.parked = false
+		w.p.parked.Add(-1)
+	}
+	if w.est != nil {
+		w.est.Observe(time.Duration(nanotime() - w.start))
+	}
+	w.p = nil
+}

@@ -1,0 +1,99 @@
+package rdma
+
+import "github.com/verbline/rdma/internal/verbs"
+
+// The send queue in posting order. RC completes a QP's send work requests
+// in order, so most are posted unsignaled (no completion of their own) and
+// one signaled completion retires every unsignaled request posted before it,
+// as perftest's --cq-mod and ib_send_bw do: fewer completions to poll and
+// dispatch per message. An error completion is generated whether or not a
+// request was signaled, so failures are never missed.
+//
+// A request asks for a completion when someone needs it (an asynchronous
+// operation's outcome, a READ's data, a window invalidation, end of
+// stream), every signalEvery requests, and whenever a resource a waiter
+// could be waiting for runs low (send buffers, send-queue entries, message
+// slots): then every request is signaled, so a writer that finds a resource
+// exhausted always has a signaled request in flight that will free it.
+
+// signalEvery is how many send-queue requests may go without a completion.
+const signalEvery = 16
+
+// sqEntry is one posted send-queue work request: what to do when it retires.
+type sqEntry struct {
+	kind uint64 // wrSendData, wrSendCtl, ...
+	idx  int    // the kind's own index (send slot, receive buffer, operation)
+}
+
+// sqUsedLocked is how many send-queue entries are taken: posted and not
+// retired, plus those a writer reserved and has not posted yet.
+func (c *Conn) sqUsedLocked() int { return c.sqInFlight + c.sqReserved }
+
+// sqPushLocked appends a request about to be posted to the queue and sets
+// its wr_id (the kind and the queue position) and its signaled flag.
+// Called with c.mu held; the caller checked that the queue has room.
+func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) {
+	pos := (c.sqHead + c.sqInFlight) % len(c.sq)
+	c.sq[pos] = sqEntry{kind: kind, idx: idx}
+	c.sqInFlight++
+	wr.WRID = c.ep.wrid(kind, pos)
+	if force || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
+		wr.Flags |= verbs.SendSignaled
+		c.sqUnsig = 0
+	} else {
+		wr.Flags &^= verbs.SendSignaled
+		c.sqUnsig++
+	}
+}
+
+// sqLowLocked reports whether a resource that only send completions give
+// back is running low.
+func (c *Conn) sqLowLocked() bool {
+	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
+		c.ep.nSend-int(c.sendSeq-c.sendDone) < signalEvery ||
+		len(c.msgFree) < signalEvery
+}
+
+// sqPopLocked takes back the last n pushed requests (their post failed).
+func (c *Conn) sqPopLocked(n int) { c.sqInFlight -= min(n, c.sqInFlight) }
+
+// sqRetireLocked handles the completion of the request at queue position
+// pos: every older request retires successfully first (RC completes in
+// order, and a failed one would have produced its own completion), then
+// the one at pos with wc's status.
+func (c *Conn) sqRetireLocked(pos int, wc *verbs.WC) {
+	ok := verbs.WC{Status: verbs.WCSuccess}
+	for c.sqInFlight > 0 {
+		at := c.sqHead
+		e := c.sq[at]
+		c.sqHead = (c.sqHead + 1) % len(c.sq)
+		c.sqInFlight--
+		if at == pos {
+			c.sendDoneLocked(e, wc)
+			return
+		}
+		c.sendDoneLocked(e, &ok)
+	}
+}
+
+// sendDoneLocked finishes one retired send-queue request.
+func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
+	switch e.kind {
+	case wrSendData:
+		c.sendDone++
+		c.sendFailedLocked(wc)
+	case wrSendCtl, wrSendRv, wrBind:
+		c.sendFailedLocked(wc)
+	case wrSendMsg:
+		c.sendFailedLocked(wc)
+		c.msgDoneLocked(e.idx, wc.Err())
+	case wrInval: // the peer read a large message; its window is revoked
+		c.sendFailedLocked(wc)
+		c.rvOut--
+		c.msgDoneLocked(e.idx, wc.Err())
+	case wrReadRv:
+		c.readDoneLocked(e.idx, wc)
+	case wrOneSided:
+		c.oneSidedDoneLocked(e.idx, wc, &c.toRelease)
+	}
+}
