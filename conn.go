@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +69,7 @@ type Conn struct {
 	// Spin budgets learnt from recent waits (poller.SpinBudget): readers
 	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
 	rdSpin, wrSpin poller.SpinBudget
+	chanUser       atomic.Bool // the user took a delivery channel (channelUser)
 	closeOnce      sync.Once
 	closeErr       error
 
@@ -140,6 +142,10 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	}
 	c.ep = ep
 	c.sq = make([]sqEntry, ep.sqDepth)
+	// Counted before the handshake posts them: a receive may complete (the
+	// peer's first message) before start runs, and its completion must
+	// find the count (else Close waits its whole flush timeout).
+	c.recvPosted = ep.nRecv
 	c.dev = ep.dev
 	c.initMessages()
 	return c, nil
@@ -162,7 +168,6 @@ func (c *Conn) start() {
 	c.mu.Lock()
 	c.laddr = &Addr{c.id.LocalAddr()}
 	c.raddr = &Addr{c.id.PeerAddr()}
-	c.recvPosted = c.ep.nRecv
 	c.mu.Unlock()
 	go c.eventLoop()
 }
@@ -502,8 +507,9 @@ func (c *Conn) CloseWrite() error {
 // sendFIN queues the end-of-stream mark after all data, waiting for a credit
 // for at most timeout. The caller holds writeMu.
 func (c *Conn) sendFIN(timeout time.Duration) error {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	until := time.Now().Add(timeout)
+	var w poller.Waiter
+	defer w.End()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
@@ -521,16 +527,36 @@ func (c *Conn) sendFIN(timeout time.Duration) error {
 			c.broadcast()
 			return nil
 		}
-		wake := c.wakeChan()
-		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-timer.C:
-			c.mu.Lock()
+		if !c.closeWaitLocked(&w, until) {
 			return errors.New("timed out waiting for the peer to grant a receive buffer for end-of-stream")
 		}
-		c.mu.Lock()
 	}
+}
+
+// closeWaitLocked waits, driving the CQ, for the connection's state to
+// change or until passes (then it reports false). For the waits of
+// CloseWrite and Close, which go on after c.closing is closed. Called with
+// c.mu held; returns with it held.
+func (c *Conn) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
+	if !time.Now().Before(until) {
+		return false
+	}
+	if !w.Started() || w.Spinning() {
+		c.mu.Unlock()
+		c.spinWait(w, &c.wrSpin)
+		c.mu.Lock()
+		return true
+	}
+	wake := c.wakeChan()
+	c.mu.Unlock()
+	t := time.NewTimer(time.Until(until))
+	select {
+	case <-wake:
+	case <-t.C:
+	}
+	t.Stop()
+	c.mu.Lock()
+	return true
 }
 
 // Close closes the connection: blocked Reads and Writes return net.ErrClosed,
@@ -560,15 +586,9 @@ func (c *Conn) shutdown() error {
 
 	// Wait until every send is acknowledged (delivered into the peer's
 	// buffers) and the peer has read every message lent to it.
+	var w poller.Waiter
 	c.mu.Lock()
-	for (c.sqInFlight > 0 || c.rvOut > 0) && !c.qpDown && time.Now().Before(deadline) {
-		wake := c.wakeChan()
-		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-time.After(time.Until(deadline)):
-		}
-		c.mu.Lock()
+	for (c.sqInFlight > 0 || c.rvOut > 0) && !c.qpDown && c.closeWaitLocked(&w, deadline) {
 	}
 	c.qpDownLocked()
 	c.mu.Unlock()
@@ -577,16 +597,10 @@ func (c *Conn) shutdown() error {
 	// Let the completion loop collect the flushed work requests, then stop it.
 	flushDeadline := time.Now().Add(time.Second)
 	c.mu.Lock()
-	for (c.sqInFlight > 0 || c.recvPosted > 0) && time.Now().Before(flushDeadline) {
-		wake := c.wakeChan()
-		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-time.After(time.Until(flushDeadline)):
-		}
-		c.mu.Lock()
+	for (c.sqInFlight > 0 || c.recvPosted > 0) && c.closeWaitLocked(&w, flushDeadline) {
 	}
 	c.mu.Unlock()
+	w.End()
 	return c.release()
 }
 
@@ -632,6 +646,9 @@ func (c *Conn) release() error {
 	c.mu.Unlock()
 	for e := range exports {
 		e.close()
+	}
+	if c.chanUser.Load() {
+		c.ep.poller.RemoveChannelUser()
 	}
 	err := c.ep.close() // destroys the QP: nothing touches our memory after this
 	c.mu.Lock()

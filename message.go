@@ -219,7 +219,21 @@ func (c *Conn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) er
 // Messages delivers received messages, whole and in order, as Bufs the
 // receiver must Release. It is closed when the peer has finished (after its
 // last message) or the connection ends; Recv reports why.
-func (c *Conn) Messages() <-chan buffer.Buf { return c.msgs }
+func (c *Conn) Messages() <-chan buffer.Buf {
+	c.channelUser()
+	return c.msgs
+}
+
+// channelUser records that the user may wait on one of the connection's
+// delivery channels without calling into the library, so the poller must
+// keep delivering even while other callers drive the CQ (see poller.Poller.
+// AddChannelUser). Recv and RecvNotification drive the CQ themselves and
+// do not count.
+func (c *Conn) channelUser() {
+	if !c.chanUser.Load() && c.chanUser.CompareAndSwap(false, true) {
+		c.ep.poller.AddChannelUser()
+	}
+}
 
 // Recv waits for the next message (bounded by ctx and the read deadline).
 // At the end it returns io.EOF, or the connection's error.

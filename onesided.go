@@ -161,7 +161,10 @@ func (c *Conn) initOneSided() {
 }
 
 // Notifications delivers the peer's WriteRemoteImm notifications.
-func (c *Conn) Notifications() <-chan Notification { return c.notes }
+func (c *Conn) Notifications() <-chan Notification {
+	c.channelUser()
+	return c.notes
+}
 
 // RecvNotification waits for the next notification (bounded by ctx and the
 // read deadline), polling for it meanwhile as Recv does: lower latency than
@@ -173,7 +176,10 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 
 // Completions delivers the ends of PostSend, PostWriteRemote and
 // PostReadRemote operations; it has room for every one that can be in flight.
-func (c *Conn) Completions() <-chan OpCompletion { return c.opDone }
+func (c *Conn) Completions() <-chan OpCompletion {
+	c.channelUser()
+	return c.opDone
+}
 
 // WriteRemote writes local's bytes into the peer's exported buffer at
 // offset, and returns when the NIC reports them placed.

@@ -94,6 +94,12 @@ type Poller struct {
 	spinners atomic.Int32  // callers spinning on the CQ now
 	parked   atomic.Int32  // callers parked until a completion wakes them
 	lastPoll atomic.Int64  // when a caller last polled (monotonic ns)
+	// chanUsers counts connections whose user may wait on a channel
+	// (Messages, Notifications, Completions) without calling into the
+	// library: only for them must the poller look at the CQ while callers
+	// drive it, in case they all went quiet.
+	chanUsers atomic.Int32
+	kicked    atomic.Bool // look at the CQ again before sleeping (AddChannelUser)
 
 	polls, completions, sleeps, wakeups, dropped atomic.Uint64
 	inlinePolls, emptyPolls, parks, arms         atomic.Uint64
@@ -203,6 +209,18 @@ func (p *Poller) Detach(tok uint32, entries int) {
 	p.g.mu.Unlock()
 	p.handlers.remove(tok)
 }
+
+// AddChannelUser records that a connection's user may wait on one of its
+// delivery channels; RemoveChannelUser undoes it when the connection ends.
+// The first makes the poller look at the CQ at once: it may be asleep
+// without having armed the CQ (callers were driving it).
+func (p *Poller) AddChannelUser() {
+	p.chanUsers.Add(1)
+	p.kicked.Store(true)
+	p.file.SetReadDeadline(time.Now()) // ends a sleep in progress; kicked covers one about to start
+}
+
+func (p *Poller) RemoveChannelUser() { p.chanUsers.Add(-1) }
 
 // CQ is the poller's completion queue, for creating QPs on it.
 func (p *Poller) CQ() *verbs.CQ { return p.cq }
@@ -387,11 +405,13 @@ func (p *Poller) run(started chan<- struct{}) {
 				p.file.SetReadDeadline(time.Time{})
 			} else {
 				p.release(wcs)
-				// Callers drive it: look again once they may have gone quiet.
-				p.file.SetReadDeadline(time.Now().Add(idle - sinceCaller))
+				p.file.SetReadDeadline(p.lookAgain(idle - sinceCaller))
 			}
 		} else {
-			p.file.SetReadDeadline(time.Now().Add(idle))
+			p.file.SetReadDeadline(p.lookAgain(idle))
+		}
+		if p.kicked.Swap(false) {
+			continue
 		}
 		events = 0
 		werr := rc.Read(takeEvent)
@@ -405,6 +425,18 @@ func (p *Poller) run(started chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// lookAgain is when the poller, while callers drive the CQ, looks at it
+// again: after d if a channel consumer may depend on it (the callers may
+// all go quiet, leaving a completion for the consumer in the CQ), else
+// never: a caller that runs out of spin budget arms the CQ before it parks,
+// and the event wakes the poller then.
+func (p *Poller) lookAgain(d time.Duration) time.Time {
+	if p.chanUsers.Load() > 0 {
+		return time.Now().Add(d)
+	}
+	return time.Time{}
 }
 
 // Close stops the pollers and destroys their CQs. Every QP on them must be
