@@ -1,7 +1,13 @@
 # The README's two commands:
 #   make demo   set up Soft-RoCE (if no RDMA device) and run the examples and a short benchmark
-#   make test   vet, host unit tests with -race, then every test binary inside Soft-RoCE
+#   make test   vet, host unit tests with -race, fuzzing, then every test binary inside Soft-RoCE
 # Both do all set-up themselves (Debian packages, kernel, initramfs) via scripts/softroce.
+#
+# Steps of make test that need no RDMA device and no Soft-RoCE set-up (only a C
+# compiler and the rdma-core headers, for the cgo packages):
+#   make vet    go vet, gofmt, staticcheck (pinned in go.mod), go mod tidy -diff
+#   make unit   host unit tests with -race (tests that need RDMA skip on the host)
+#   make fuzz   each fuzz target for FUZZTIME inputs
 
 SHELL := /bin/bash
 GO ?= go
@@ -17,18 +23,30 @@ FUZZTIME ?= 500000x
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
-.PHONY: setup test demo bench vet unit fuzz rdma-tests clean
+.PHONY: setup build-deps test demo bench vet unit fuzz rdma-tests clean
 
+# Everything: packages (qemu, rdma-core, perftest, ...), Debian's kernel, the initramfs.
 setup:
 	@scripts/softroce setup
 
-vet: setup
-	$(GO) vet ./...
+# Only what compiling the cgo packages needs: checks that the C compiler finds
+# the rdma-core headers and, as root, installs just libibverbs-dev and
+# librdmacm-dev if it does not (otherwise it says which packages to install).
+build-deps:
+	@CC="$$($(GO) env CC)" scripts/softroce build-deps
 
-unit: setup
+# Static checks; each fails the target with what to run to fix it.
+vet: build-deps
+	$(GO) vet ./...
+	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); \
+	if [ -n "$$unformatted" ]; then echo "FAIL: not gofmt'ed (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
+	$(GO) tool staticcheck ./...
+	@$(GO) mod tidy -diff || { echo "FAIL: go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
+unit: build-deps
 	$(GO) test -race -count=1 ./...
 
-fuzz: setup
+fuzz: build-deps
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
@@ -62,7 +80,7 @@ rdma-tests: setup
 	  cat $(TESTS)/counters.txt; exit 1; fi
 	@echo "RNR counters of the device stayed at zero through the suite"
 
-test: vet unit fuzz rdma-tests
+test: setup vet unit fuzz rdma-tests
 	@echo "make test: PASS"
 
 # The examples and a short benchmark against perftest, built on the host and

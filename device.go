@@ -180,7 +180,7 @@ func (r registration) Close() error {
 func poolClasses(bufSize int) []int {
 	var out []int
 	for c := 256; c <= 4<<20; c *= 4 {
-		if bufSize > c/4 && bufSize < c && (len(out) == 0 || out[len(out)-1] < bufSize) {
+		if bufSize < c && (len(out) == 0 || out[len(out)-1] < bufSize) {
 			out = append(out, bufSize)
 		}
 		out = append(out, c)

@@ -225,21 +225,34 @@ func resolve(ctx context.Context, network, address string, listen bool) (netip.A
 		}
 		return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port)), nil
 	}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return netip.AddrPortFrom(ip.Unmap(), uint16(port)), nil
-	}
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
+	var ips []netip.Addr
+	if ip, perr := netip.ParseAddr(host); perr == nil {
+		ips = []netip.Addr{ip}
+	} else if ips, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
 		return netip.AddrPort{}, err
 	}
 	for _, ip := range ips {
-		ip = ip.Unmap()
-		if network == "rdma4" && !ip.Is4() || network == "rdma6" && ip.Is4() {
-			continue
+		if ip = ip.Unmap(); familyFits(network, ip) {
+			return netip.AddrPortFrom(ip, uint16(port)), nil
 		}
-		return netip.AddrPortFrom(ip, uint16(port)), nil
 	}
-	return netip.AddrPort{}, fmt.Errorf("no suitable address for %s", host)
+	family := "IPv4"
+	if network == "rdma6" {
+		family = "IPv6"
+	}
+	return netip.AddrPort{}, fmt.Errorf("no suitable address for %s: network %s takes only %s addresses", host, network, family)
+}
+
+// familyFits reports whether network takes ip, as net's tcp4 and tcp6 do:
+// rdma4 only IPv4, rdma6 only IPv6 (an IPv4-mapped address counts as IPv4).
+func familyFits(network string, ip netip.Addr) bool {
+	switch network {
+	case "rdma4":
+		return ip.Is4()
+	case "rdma6":
+		return !ip.Is4()
+	}
+	return true
 }
 
 // Dial connects to address ("host:port") on network "rdma".
