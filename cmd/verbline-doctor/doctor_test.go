@@ -275,6 +275,27 @@ func TestNoRoCEv2GIDForAnAddress(t *testing.T) {
 	expect(t, rs, "gids rxe0/1", Fail, "cannot read the addresses of rd0", "network namespace")
 }
 
+// TestDualPortNIC: a NIC with one device and two ports lists both netdevs
+// under device/net; each port is checked against its own netdev's
+// addresses only.
+func TestDualPortNIC(t *testing.T) {
+	f := healthy(t)
+	f.remove("sys/class/infiniband")
+	f.write("sys/class/infiniband/mlx4_0/device/net/eth0/ifindex", "2")
+	f.write("sys/class/infiniband/mlx4_0/device/net/eth1/ifindex", "3")
+	f.port("mlx4_0", 1, "4: ACTIVE", "Ethernet", map[int]string{1: "0000:0000:0000:0000:0000:ffff:0a00:0001 RoCE v2 eth0"})
+	f.port("mlx4_0", 2, "4: ACTIVE", "Ethernet", map[int]string{1: "0000:0000:0000:0000:0000:ffff:0a00:0101 RoCE v2 eth1"})
+	f.write("sys/class/net/eth0/mtu", "9000")
+	f.write("sys/class/net/eth1/mtu", "9000")
+	f.addrs = map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.0.1")}, "eth1": {netip.MustParseAddr("10.0.1.1")}}
+	rs := Run(f.env())
+	expectExit(t, rs, 0)
+	expect(t, rs, "devices", OK, "mlx4_0 (netdev eth0, eth1)", "")
+	expect(t, rs, "port mlx4_0/1", OK, "active MTU 4096 (from eth0's mtu 9000), netdev eth0", "")
+	expect(t, rs, "gids mlx4_0/1", OK, "RoCE v2 GIDs for 10.0.0.1 (index 1)", "")
+	expect(t, rs, "gids mlx4_0/2", OK, "RoCE v2 GIDs for 10.0.1.1 (index 1)", "")
+}
+
 func TestMemlock(t *testing.T) {
 	if got, want := pinnedBytes(1), int64(12<<20); got != want {
 		t.Fatalf("one connection: %d bytes, want %d (2 arenas of 32 KiB buffers + 1 of descriptors)", got, want)

@@ -76,7 +76,7 @@ const memlockFix = "raise it: `ulimit -l unlimited` (as root) in the shell, Limi
 
 // MemlockData is the memlock check's figures in -json output.
 type MemlockData struct {
-	LimitBytes     uint64 `json:"limit_bytes"`
+	LimitBytes     uint64 `json:"limit_bytes"` // 0 when unlimited
 	Unlimited      bool   `json:"unlimited"`
 	CapIPCLock     bool   `json:"cap_ipc_lock"`
 	FirstConnBytes int64  `json:"first_conn_bytes"`
@@ -102,6 +102,7 @@ func checkMemlock(root string, memlock func() (uint64, bool, error)) Result {
 		return r
 	}
 	if unlimited {
+		data.LimitBytes = 0
 		return res(OK, "unlimited", "")
 	}
 	lim := "limit " + size(int64(limit))

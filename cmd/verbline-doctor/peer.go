@@ -88,7 +88,7 @@ func checkPeer(addr string, count, msgSize int, timeout time.Duration) Result {
 	data.P99US = us(rtts[(len(rtts)*99+99)/100-1])
 	data.MinUS, data.MaxUS = us(rtts[0]), us(rtts[len(rtts)-1])
 	r := ok(name, "%d round trips of %d B: median %.1f µs, mean %.1f µs, p99 %.1f µs (min %.1f, max %.1f); connected in %.1f ms; "+
-		"this process pins %s with the connection (VmPin; estimate %s)",
+		"this process pins %s with it open (VmPin; the memlock estimate for one connection: %s)",
 		count, msgSize, data.MedianUS, data.MeanUS, data.P99US, data.MinUS, data.MaxUS, data.ConnectMS,
 		size(data.PinnedBytes), size(data.EstimateBytes))
 	r.Data = data

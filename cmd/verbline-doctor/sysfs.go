@@ -30,7 +30,7 @@ const sysInfiniband = "sys/class/infiniband"
 // Device is an RDMA device.
 type Device struct {
 	Name    string
-	Netdevs []string // from parent and device/net
+	Netdevs []string // from parent (rxe, siw) and device/net (NICs)
 	Ports   []*Port
 	InVerbs bool // libibverbs lists it (set by mergeVerbs)
 }
@@ -94,7 +94,7 @@ func readDevice(root, dir, name string) (*Device, error) {
 		}
 	}
 	ports, err := os.ReadDir(filepath.Join(dir, "ports"))
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	for _, e := range ports {
@@ -111,13 +111,16 @@ func readDevice(root, dir, name string) (*Device, error) {
 			LinkLayer: readLine(filepath.Join(pdir, "link_layer")),
 		}
 		p.GIDs = readGIDs(pdir)
+		// The port's netdevs are those its GIDs belong to (a dual-port NIC
+		// lists both ports' netdevs under device/net); a port whose table
+		// names none falls back to the device's.
 		for _, g := range p.GIDs {
 			if g.Netdev != "" {
 				p.Netdevs = appendUnique(p.Netdevs, g.Netdev)
 			}
 		}
-		for _, n := range d.Netdevs {
-			p.Netdevs = appendUnique(p.Netdevs, n)
+		if len(p.Netdevs) == 0 {
+			p.Netdevs = append(p.Netdevs, d.Netdevs...)
 		}
 		if p.Ethernet() {
 			p.ActiveMTU, p.MTUSource = roceMTU(root, p.Netdevs)
