@@ -194,7 +194,8 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	}
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
-		id.Reject(nil)
+		code, reason := refusal(err, "listener", "dialer")
+		id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
 	c.setPeer(agreed(peer))
@@ -221,13 +222,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	child := ev.ID
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
-		code, reason := wire.RejectMalformed, err.Error()
-		if ve := (*wire.VersionError)(nil); errors.As(err, &ve) {
-			// Worded for the dialer, who reads it: "peer" would be itself.
-			code = wire.RejectVersion
-			reason = fmt.Sprintf("dialer speaks verbline wire protocol %s, this listener %d.%d: the major versions must match; use one major version on both sides",
-				ve.PeerVersion(), wire.Version, wire.Minor)
-		}
+		code, reason := refusal(err, "dialer", "listener")
 		reject(child, code, reason)
 		return nil, err
 	}
@@ -272,6 +267,18 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	}
 	c.start()
 	return c, nil
+}
+
+// refusal is the reject code and reason for a peer's Hello that did not
+// parse (err from wire.ParseHello), worded for the peer, who reads it:
+// roles name the peer and this side, as "peer" would be the reader itself.
+func refusal(err error, peerRole, selfRole string) (wire.RejectCode, string) {
+	if ve := (*wire.VersionError)(nil); errors.As(err, &ve) {
+		return wire.RejectVersion, fmt.Sprintf("%s speaks verbline wire protocol %s, this %s %d.%d: "+
+			"the major versions must match; use one major version on both sides",
+			peerRole, ve.PeerVersion(), selfRole, wire.Version, wire.Minor)
+	}
+	return wire.RejectMalformed, err.Error()
 }
 
 // undo frees what a dial or accept that failed half-way had set up, in

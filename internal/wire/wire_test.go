@@ -56,6 +56,8 @@ func helloBytes(mod func(b []byte)) []byte {
 	return b
 }
 
+const mustMatch = ": the major versions must match (run releases of one major version on both sides)"
+
 func TestParseHelloErrors(t *testing.T) {
 	good := helloBytes(func([]byte) {})
 	for _, tc := range []struct {
@@ -70,10 +72,10 @@ func TestParseHelloErrors(t *testing.T) {
 		{"foreign", []byte("HTTP/1.1 200 OK\r\n\r\n garbage garbage"), ErrNotOurs, "not a verbline handshake (magic 0x48545450)"},
 		{"magic only", good[:4], ErrMalformed, "handshake truncated: 4 bytes, need 24"},
 		{"truncated", good[:23], ErrMalformed, "handshake truncated: 23 bytes, need 24"},
-		{"version 2", helloBytes(func(b []byte) { b[4], b[5] = 2, 3 }), ErrVersion, "peer speaks verbline wire protocol 2.3, this side 1.1: the major versions must match (run releases of one major version on both sides)"},
-		{"version 2 short", helloBytes(func(b []byte) { b[4], b[5] = 2, 0 })[:8], ErrVersion, "peer speaks verbline wire protocol 2.0, this side 1.1: the major versions must match (run releases of one major version on both sides)"},
-		{"version 2 no minor", helloBytes(func(b []byte) { b[4] = 2 })[:5], ErrVersion, "peer speaks verbline wire protocol 2, this side 1.1: the major versions must match (run releases of one major version on both sides)"},
-		{"version 0", helloBytes(func(b []byte) { b[4], b[5] = 0, 9 }), ErrVersion, "peer speaks verbline wire protocol 0.9, this side 1.1: the major versions must match (run releases of one major version on both sides)"},
+		{"version 2", helloBytes(func(b []byte) { b[4], b[5] = 2, 3 }), ErrVersion, "peer speaks verbline wire protocol 2.3, this side 1.1" + mustMatch},
+		{"version 2 short", helloBytes(func(b []byte) { b[4], b[5] = 2, 0 })[:8], ErrVersion, "peer speaks verbline wire protocol 2.0, this side 1.1" + mustMatch},
+		{"version 2 no minor", helloBytes(func(b []byte) { b[4] = 2 })[:5], ErrVersion, "peer speaks verbline wire protocol 2, this side 1.1" + mustMatch},
+		{"version 0", helloBytes(func(b []byte) { b[4], b[5] = 0, 9 }), ErrVersion, "peer speaks verbline wire protocol 0.9, this side 1.1" + mustMatch},
 		{"credits 0", helloBytes(func(b []byte) { b[6], b[7] = 0, 0 }), ErrMalformed, "handshake credits 0: must be at least 1"},
 		{"buf small", helloBytes(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 63) }), ErrMalformed, "handshake receive buffer size 63 out of range [64, 1<<30]"},
 		{"buf zero", helloBytes(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 0) }), ErrMalformed, "handshake receive buffer size 0 out of range [64, 1<<30]"},
