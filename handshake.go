@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"syscall"
@@ -23,14 +24,31 @@ const (
 // readDepth is how many RDMA reads each side may have outstanding.
 const readDepth = 4
 
-// hello is this side's half of the handshake: its credits, its receive
-// buffer size and the largest message it accepts (larger than a receive
-// buffer: the pool's largest buffer, read by rendezvous).
+// hello is this side's half of the handshake (internal/wire/PROTOCOL.md):
+// its protocol version and features, its credits, its receive buffer size
+// and the largest message it accepts (larger than a receive buffer: the
+// pool's largest buffer, read by rendezvous). Announcing fewer credits than
+// the receives posted is safe, so a RecvBuffers beyond the 16-bit field is
+// announced as 65535.
 func (c *Conn) hello() []byte {
-	h := wire.Hello{Version: wire.Version, Credits: uint16(c.cfg.RecvBuffers), RecvBufSize: uint32(c.cfg.BufferSize),
+	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: wire.Supported,
+		Credits: uint16(min(c.cfg.RecvBuffers, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
 		MaxMsgSize: uint32(c.maxRecvMessage())}
 	return h.AppendTo(nil)
 }
+
+// agreed is the peer's Hello as the connection uses it: its Features are
+// those both sides support (wire.Negotiate), which is all either side may
+// use on the connection. A peer of a later minor version announces
+// features this side does not know; they drop out here.
+func agreed(peer wire.Hello) wire.Hello {
+	peer.Features = wire.Negotiate(wire.Supported, peer.Features)
+	return peer
+}
+
+// helloFunc builds the private data a side sends in its half of the
+// handshake: (*Conn).hello, or in tests a peer of another version.
+type helloFunc func(*Conn) []byte
 
 func newChannel() (*rdmacm.Channel, error) {
 	ch, err := rdmacm.NewChannel()
@@ -127,7 +145,12 @@ func classifyResolve(err error) error {
 // dialConn runs the active side: resolve address and route, create the QP
 // (INIT), send our hello in the connect request, and on the listener's answer
 // validate its hello, move the QP to RTR and RTS and establish.
-func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ *Conn, err error) {
+func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (*Conn, error) {
+	return dialHello(ctx, cfg, laddr, raddr, (*Conn).hello)
+}
+
+// dialHello is dialConn announcing hello's private data.
+func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, hello helloFunc) (_ *Conn, err error) {
 	ch, id, err := newChannelID()
 	if err != nil {
 		return nil, err
@@ -161,7 +184,7 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 		return nil, err
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
-	if err = id.Connect(rdmacm.ConnParam{PrivateData: c.hello(), ResponderResources: depth, InitiatorDepth: depth,
+	if err = id.Connect(rdmacm.ConnParam{PrivateData: hello(c), ResponderResources: depth, InitiatorDepth: depth,
 		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
@@ -171,10 +194,11 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 	}
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
-		id.Reject(nil)
-		return nil, fmt.Errorf("%w: listener's answer: %v", ErrHandshake, err)
+		code, reason := refusal(err, "listener", "dialer")
+		id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
+		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
-	c.setPeer(peer)
+	c.setPeer(agreed(peer))
 	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, err
 	}
@@ -189,15 +213,17 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (_ 
 // dialer's hello (refusing it with a reason the dialer sees), move the id to
 // its own event channel, bring the QP to RTS, accept with our hello and wait
 // until the dialer establishes.
-func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err error) {
+func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (*Conn, error) {
+	return acceptHello(ctx, cfg, ev, (*Conn).hello)
+}
+
+// acceptHello is acceptConn answering with hello's private data.
+func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloFunc) (_ *Conn, err error) {
 	child := ev.ID
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
-		code := wire.RejectMalformed
-		if errors.Is(err, wire.ErrVersion) {
-			code = wire.RejectVersion
-		}
-		reject(child, code, err.Error())
+		code, reason := refusal(err, "dialer", "listener")
+		reject(child, code, reason)
 		return nil, err
 	}
 	ch, err := newChannel()
@@ -217,13 +243,13 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 		}
 	}()
 	fail := func(e error) error {
-		child.Reject((&wire.Reject{Code: wire.RejectResources, Reason: e.Error()}).AppendTo(nil))
+		child.Reject((&wire.Reject{Code: wire.RejectResources, Version: wire.Version, Reason: e.Error()}).AppendTo(nil))
 		return e
 	}
 	if c, err = newConn(cfg, ch, child); err != nil {
 		return nil, fail(err)
 	}
-	c.setPeer(peer)
+	c.setPeer(agreed(peer))
 	ep := c.ep
 	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, fail(err)
@@ -232,7 +258,7 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 		return nil, fail(err)
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
-	if err = child.Accept(rdmacm.ConnParam{PrivateData: c.hello(), ResponderResources: depth, InitiatorDepth: depth,
+	if err = child.Accept(rdmacm.ConnParam{PrivateData: hello(c), ResponderResources: depth, InitiatorDepth: depth,
 		RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
@@ -241,6 +267,18 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (_ *Conn, err
 	}
 	c.start()
 	return c, nil
+}
+
+// refusal is the reject code and reason for a peer's Hello that did not
+// parse (err from wire.ParseHello), worded for the peer, who reads it:
+// roles name the peer and this side, as "peer" would be the reader itself.
+func refusal(err error, peerRole, selfRole string) (wire.RejectCode, string) {
+	if ve := (*wire.VersionError)(nil); errors.As(err, &ve) {
+		return wire.RejectVersion, fmt.Sprintf("%s speaks verbline wire protocol %s, this %s %d.%d: "+
+			"the major versions must match; use one major version on both sides",
+			peerRole, ve.PeerVersion(), selfRole, wire.Version, wire.Minor)
+	}
+	return wire.RejectMalformed, err.Error()
 }
 
 // undo frees what a dial or accept that failed half-way had set up, in
@@ -254,6 +292,6 @@ func undo(c *Conn, id *rdmacm.ID, ch *rdmacm.Channel) {
 }
 
 func reject(id *rdmacm.ID, code wire.RejectCode, reason string) {
-	id.Reject((&wire.Reject{Code: code, Reason: reason}).AppendTo(nil))
+	id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
 	id.Destroy()
 }

@@ -1,6 +1,8 @@
 // Package wire defines the bytes verbline peers exchange: the handshake carried
-// in rdma_cm private data while connecting, and the 32-bit immediate data on
-// every SEND_WITH_IMM.
+// in rdma_cm private data while connecting, the 32-bit immediate data on
+// every SEND_WITH_IMM, and the descriptors sent in message payloads.
+// PROTOCOL.md, next to this file, is the complete protocol (version 1.1) as
+// a peer implementer needs it; this comment is the summary.
 //
 // What travels where:
 //
@@ -11,21 +13,24 @@
 //
 // Layouts (all integers big-endian):
 //
-//	Hello (HelloLen = 24 bytes)
+//	Hello (HelloLen = 24 bytes, then an extension area)
 //	  off  size  field
 //	    0     4  magic "GRDM" (0x4752444d)
-//	    4     1  version (1)
-//	    5     1  flags (reserved, 0)
+//	    4     1  major version (1): must match, else the handshake fails
+//	    5     1  minor version (1; 0 from a 1.0 peer): informational
 //	    6     2  credits: receive buffers posted for the peer (>= 1)
 //	    8     4  receive buffer size (64 .. 1<<30)
-//	   12     4  max message size (0 = unlimited)
-//	   16     4  keepalive interval in ms (0 = off)
-//	   20     4  reserved (0)
+//	   12     4  max message size the sender accepts (<= receive buffer
+//	             size, or 0: no rendezvous)
+//	   16     4  keepalive interval in ms (reserved: 0, ignored)
+//	   20     4  features the sender supports (bitmask; 0 from a 1.0 peer)
+//	   24     -  extension: ignored; a later minor may add fields here,
+//	             each meaning "absent" when zero
 //
 //	Reject (8 + reason bytes, at most 148)
 //	    0     4  magic
 //	    4     1  code (RejectCode)
-//	    5     1  reserved (0)
+//	    5     1  the rejecting side's major version (0 from a 1.0 peer)
 //	    6     2  reason length (<= MaxRejectReason)
 //	    8     n  reason, UTF-8
 //
@@ -38,6 +43,12 @@
 //	    0     4  id (the sender's, echoed in KindRendezvousDone)
 //	    4    16  Region: where the receiver RDMA-READs the message from
 //
+// Versions: the major version (Version) must be equal on both sides; the
+// minor version (Minor) and the feature bits (Features) never make a
+// handshake fail. Each side announces the features it supports and both
+// use only Negotiate's intersection, so a peer of a later minor, announcing
+// features this side has never heard of, falls back to what both support.
+//
 // IB and RoCE pad private data with zeros to its maximum length, so the
 // parsers ignore anything after the declared length. Every parser takes
 // untrusted peer bytes: it never panics, allocates at most the declared
@@ -49,6 +60,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 )
@@ -56,12 +69,63 @@ import (
 // Magic opens every handshake and reject; "GRDM" big-endian on the wire.
 const Magic uint32 = 0x4752444d
 
-// Version is the handshake version this side speaks.
+// Version is the major version of the protocol this side speaks. Peers of
+// different major versions cannot talk: the handshake fails with ErrVersion.
 const Version uint8 = 1
 
+// Minor is the minor version this side speaks. Minor versions of one major
+// version interoperate: a later minor only adds what is negotiated through
+// feature bits. 1.0 peers send 0 in its byte.
+const Minor uint8 = 1
+
+// Features is a set of optional protocol features, one bit each, announced
+// in the Hello. A feature is used on a connection only if both sides
+// announced it (Negotiate). Unknown bits are not an error: they are a
+// later minor's features, which this side does not announce, so the
+// intersection drops them.
+type Features uint32
+
+// Supported is the set of features this implementation announces. Protocol
+// 1.1 defines none: everything it does is the baseline every 1.x peer
+// speaks. PROTOCOL.md keeps the registry of feature bits.
+const Supported Features = 0
+
+// featureNames names the defined feature bits, for String.
+var featureNames = map[Features]string{}
+
+// Negotiate returns the features a connection uses: those both sides
+// announced. Both sides compute it from the two Hellos, so they agree
+// without another message.
+func Negotiate(ours, theirs Features) Features { return ours & theirs }
+
+// String lists the bits of f by name; unknown bits are shown as
+// "bit N", so a newer peer's announcement can be logged.
+func (f Features) String() string {
+	if f == 0 {
+		return "none"
+	}
+	var names []string
+	for f != 0 {
+		bit := Features(1) << bits.TrailingZeros32(uint32(f))
+		f &^= bit
+		if name, ok := featureNames[bit]; ok {
+			names = append(names, name)
+		} else {
+			names = append(names, fmt.Sprintf("bit %d", bits.TrailingZeros32(uint32(bit))))
+		}
+	}
+	return strings.Join(names, "|")
+}
+
 // HelloLen is the encoded size of a Hello; it fits the 56-byte
-// CONNECT_REQUEST private-data limit.
+// CONNECT_REQUEST private-data limit, leaving MaxHelloExtension bytes for
+// fields a later minor version appends.
 const HelloLen = 24
+
+// MaxHelloExtension is how many bytes a Hello can carry after HelloLen in a
+// connect request (the accept allows more, but both directions share one
+// layout).
+const MaxHelloExtension = maxConnectPrivateData - HelloLen
 
 // Receive buffer size bounds: below 64 bytes the per-message overhead
 // dominates; above 1 GiB a single buffer is surely a mistake or an attack.
@@ -91,8 +155,9 @@ var (
 	// magic, or wrong magic) — e.g. a foreign peer or the kernel's empty
 	// reject.
 	ErrNotOurs = errors.New("not a verbline message")
-	// ErrVersion: the peer speaks a different handshake version.
-	ErrVersion = errors.New("handshake version mismatch")
+	// ErrVersion: the peer speaks another major version of the protocol
+	// (the error is a *VersionError, which names both versions).
+	ErrVersion = errors.New("wire protocol major version mismatch")
 	// ErrMalformed: our magic, but a field is truncated or out of range.
 	ErrMalformed = errors.New("malformed verbline message")
 )
@@ -125,49 +190,78 @@ func checkMagic(b []byte, what string) error {
 // Hello is each side's half of the handshake (dialer in the connect
 // request, listener in the accept).
 type Hello struct {
-	Version     uint8
-	Flags       uint8  // reserved, 0; ignored on receipt so it can carry optional features later
-	Credits     uint16 // receive buffers the sender has posted for its peer (>= 1)
-	RecvBufSize uint32 // size of each of those buffers in bytes (>= MinBufSize, <= MaxBufSize)
-	MaxMsgSize  uint32 // largest message the sender accepts (0 = no limit beyond the stream)
-	KeepaliveMS uint32 // idle interval after which the sender probes (0 = off)
-	Reserved    uint32 // 0; ignored on receipt
+	Version     uint8    // major version: must equal the receiver's
+	Minor       uint8    // minor version; a receiver accepts any
+	Credits     uint16   // receive buffers the sender has posted for its peer (>= 1)
+	RecvBufSize uint32   // size of each of those buffers in bytes (>= MinBufSize, <= MaxBufSize)
+	MaxMsgSize  uint32   // largest message the sender accepts; above RecvBufSize it is read by rendezvous
+	KeepaliveMS uint32   // reserved for a keepalive feature: sent as 0, ignored on receipt
+	Features    Features // features the sender supports; unknown bits are ignored on receipt
 }
 
 // AppendTo appends the HelloLen-byte encoding of h to b. Fields are written
-// as given; set Version to wire.Version.
+// as given; set Version, Minor and Features to this package's Version, Minor
+// and Supported.
 func (h *Hello) AppendTo(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, Magic)
-	b = append(b, h.Version, h.Flags)
+	b = append(b, h.Version, h.Minor)
 	b = binary.BigEndian.AppendUint16(b, h.Credits)
 	b = binary.BigEndian.AppendUint32(b, h.RecvBufSize)
 	b = binary.BigEndian.AppendUint32(b, h.MaxMsgSize)
 	b = binary.BigEndian.AppendUint32(b, h.KeepaliveMS)
-	return binary.BigEndian.AppendUint32(b, h.Reserved)
+	return binary.BigEndian.AppendUint32(b, uint32(h.Features))
 }
 
-// ParseHello decodes a peer's Hello. Bytes after HelloLen (zero padding)
-// are ignored.
+// VersionError is the error ParseHello returns for a peer of another major
+// version; it matches ErrVersion under errors.Is.
+type VersionError struct {
+	Major, Minor uint8 // the peer's version
+	MinorKnown   bool  // the Hello was long enough to carry the minor
+}
+
+// PeerVersion is the peer's version as "major.minor" ("major" alone if the
+// minor was cut off).
+func (e *VersionError) PeerVersion() string {
+	if !e.MinorKnown {
+		return fmt.Sprint(e.Major)
+	}
+	return fmt.Sprintf("%d.%d", e.Major, e.Minor)
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("peer speaks verbline wire protocol %s, this side %d.%d: the major versions must match "+
+		"(run releases of one major version on both sides)", e.PeerVersion(), Version, Minor)
+}
+
+func (e *VersionError) Unwrap() error { return ErrVersion }
+
+// ParseHello decodes a peer's Hello. It accepts any minor version and any
+// feature bits; bytes after HelloLen (zero padding, or a later minor's
+// extension) are ignored.
 func ParseHello(b []byte) (Hello, error) {
 	if err := checkMagic(b, "handshake"); err != nil {
 		return Hello{}, err
 	}
-	// Check the version before the length: a peer of another version may
-	// use another layout, and deserves a version error, not "truncated".
+	// Check the version before the length: a peer of another major version
+	// may use another layout, and deserves a version error, not "truncated".
 	if len(b) > 4 && b[4] != Version {
-		return Hello{}, errorf(ErrVersion, "peer speaks handshake version %d, this side %d", b[4], Version)
+		e := &VersionError{Major: b[4]}
+		if len(b) > 5 {
+			e.Minor, e.MinorKnown = b[5], true
+		}
+		return Hello{}, e
 	}
 	if len(b) < HelloLen {
 		return Hello{}, errorf(ErrMalformed, "handshake truncated: %d bytes, need %d", len(b), HelloLen)
 	}
 	h := Hello{
 		Version:     b[4],
-		Flags:       b[5],
+		Minor:       b[5],
 		Credits:     binary.BigEndian.Uint16(b[6:]),
 		RecvBufSize: binary.BigEndian.Uint32(b[8:]),
 		MaxMsgSize:  binary.BigEndian.Uint32(b[12:]),
 		KeepaliveMS: binary.BigEndian.Uint32(b[16:]),
-		Reserved:    binary.BigEndian.Uint32(b[20:]),
+		Features:    Features(binary.BigEndian.Uint32(b[20:])),
 	}
 	if h.Credits == 0 {
 		return Hello{}, errorf(ErrMalformed, "handshake credits 0: must be at least 1")
@@ -183,7 +277,7 @@ type RejectCode uint8
 
 const (
 	RejectMalformed  RejectCode = 1 // the dialer's Hello did not parse
-	RejectVersion    RejectCode = 2 // handshake version mismatch
+	RejectVersion    RejectCode = 2 // the major versions differ
 	RejectOverloaded RejectCode = 3 // too many connections or pending accepts
 	RejectShutdown   RejectCode = 4 // the listener is closing
 	RejectResources  RejectCode = 5 // could not allocate QP, CQ or buffers
@@ -208,8 +302,13 @@ func (c RejectCode) String() string {
 // Reject is what a listener sends back when it refuses a connection.
 // Unknown codes parse fine, so newer peers can add codes.
 type Reject struct {
-	Code   RejectCode
-	Reason string
+	Code RejectCode
+	// Version is the rejecting side's major version (set it to Version);
+	// 0 in a reject from a 1.0 peer, which left the byte reserved. With
+	// RejectVersion it tells a dialer that speaks several major versions
+	// which one to retry with.
+	Version uint8
+	Reason  string
 }
 
 const rejectHeaderLen = 8
@@ -232,7 +331,7 @@ func (r *Reject) AppendTo(b []byte) []byte {
 		reason = reason[:n]
 	}
 	b = binary.BigEndian.AppendUint32(b, Magic)
-	b = append(b, byte(r.Code), 0)
+	b = append(b, byte(r.Code), r.Version)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(reason)))
 	return append(b, reason...)
 }
@@ -254,7 +353,7 @@ func ParseReject(b []byte) (Reject, error) {
 	if rest := len(b) - rejectHeaderLen; n > rest {
 		return Reject{}, errorf(ErrMalformed, "reject reason length %d beyond the %d bytes present", n, rest)
 	}
-	return Reject{Code: RejectCode(b[4]), Reason: sanitize(b[rejectHeaderLen : rejectHeaderLen+n])}, nil
+	return Reject{Code: RejectCode(b[4]), Version: b[5], Reason: sanitize(b[rejectHeaderLen : rejectHeaderLen+n])}, nil
 }
 
 // sanitize replaces invalid UTF-8 bytes and non-printable runes (control,
@@ -275,14 +374,19 @@ func sanitize(p []byte) string {
 }
 
 // Kind is the type of a message, carried in the top 8 bits of its
-// immediate data.
+// immediate data. A kind above the last one defined here is a protocol
+// error: a later minor version sends a new kind only on connections where
+// the feature that defines it was negotiated.
 type Kind uint8
 
 const (
-	KindData      Kind = 0 // payload bytes of the stream
-	KindCredit    Kind = 1 // no payload; only returns credits
-	KindFIN       Kind = 2 // the sender will send no more data
-	KindKeepalive Kind = 3 // idle probe
+	KindData   Kind = 0 // payload bytes of the stream
+	KindCredit Kind = 1 // no payload; only returns credits
+	KindFIN    Kind = 2 // the sender will send no more data
+	// KindKeepalive is an idle probe, reserved for a keepalive feature:
+	// receivers accept it as a control message (its credits count), this
+	// implementation does not send it.
+	KindKeepalive Kind = 3
 	KindMessage   Kind = 4 // one whole message of the message view (boundaries kept)
 	// KindRendezvous announces a message larger than a receive buffer; its
 	// payload (a Rendezvous) says where the receiver reads it from.

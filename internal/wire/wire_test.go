@@ -10,14 +10,14 @@ import (
 )
 
 func validHello() Hello {
-	return Hello{Version: Version, Credits: 16, RecvBufSize: 64 << 10, MaxMsgSize: 1 << 20, KeepaliveMS: 5000}
+	return Hello{Version: Version, Minor: Minor, Credits: 16, RecvBufSize: 64 << 10, MaxMsgSize: 1 << 20, Features: Supported}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
 	for _, h := range []Hello{
 		validHello(),
 		{Version: Version, Credits: 1, RecvBufSize: MinBufSize},
-		{Version: Version, Flags: 0xff, Credits: 0xffff, RecvBufSize: MaxBufSize, MaxMsgSize: ^uint32(0), KeepaliveMS: ^uint32(0), Reserved: ^uint32(0)},
+		{Version: Version, Minor: 0xff, Credits: 0xffff, RecvBufSize: MaxBufSize, MaxMsgSize: ^uint32(0), KeepaliveMS: ^uint32(0), Features: ^Features(0)},
 	} {
 		b := h.AppendTo(nil)
 		if len(b) != HelloLen {
@@ -31,7 +31,7 @@ func TestHelloRoundTrip(t *testing.T) {
 }
 
 func TestHelloLayout(t *testing.T) {
-	h := Hello{Version: 1, Flags: 2, Credits: 0x0304, RecvBufSize: 0x05060708, MaxMsgSize: 0x090a0b0c, KeepaliveMS: 0x0d0e0f10, Reserved: 0x11121314}
+	h := Hello{Version: 1, Minor: 2, Credits: 0x0304, RecvBufSize: 0x05060708, MaxMsgSize: 0x090a0b0c, KeepaliveMS: 0x0d0e0f10, Features: 0x11121314}
 	want := []byte{'G', 'R', 'D', 'M', 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
 	if got := h.AppendTo([]byte{0xaa}); !bytes.Equal(got, append([]byte{0xaa}, want...)) {
 		t.Fatalf("layout: got % x, want aa % x", got, want)
@@ -56,6 +56,8 @@ func helloBytes(mod func(b []byte)) []byte {
 	return b
 }
 
+const mustMatch = ": the major versions must match (run releases of one major version on both sides)"
+
 func TestParseHelloErrors(t *testing.T) {
 	good := helloBytes(func([]byte) {})
 	for _, tc := range []struct {
@@ -70,9 +72,10 @@ func TestParseHelloErrors(t *testing.T) {
 		{"foreign", []byte("HTTP/1.1 200 OK\r\n\r\n garbage garbage"), ErrNotOurs, "not a verbline handshake (magic 0x48545450)"},
 		{"magic only", good[:4], ErrMalformed, "handshake truncated: 4 bytes, need 24"},
 		{"truncated", good[:23], ErrMalformed, "handshake truncated: 23 bytes, need 24"},
-		{"version 2", helloBytes(func(b []byte) { b[4] = 2 }), ErrVersion, "peer speaks handshake version 2, this side 1"},
-		{"version 2 short", helloBytes(func(b []byte) { b[4] = 2 })[:8], ErrVersion, "peer speaks handshake version 2, this side 1"},
-		{"version 0", helloBytes(func(b []byte) { b[4] = 0 }), ErrVersion, "peer speaks handshake version 0, this side 1"},
+		{"version 2", helloBytes(func(b []byte) { b[4], b[5] = 2, 3 }), ErrVersion, "peer speaks verbline wire protocol 2.3, this side 1.1" + mustMatch},
+		{"version 2 short", helloBytes(func(b []byte) { b[4], b[5] = 2, 0 })[:8], ErrVersion, "peer speaks verbline wire protocol 2.0, this side 1.1" + mustMatch},
+		{"version 2 no minor", helloBytes(func(b []byte) { b[4] = 2 })[:5], ErrVersion, "peer speaks verbline wire protocol 2, this side 1.1" + mustMatch},
+		{"version 0", helloBytes(func(b []byte) { b[4], b[5] = 0, 9 }), ErrVersion, "peer speaks verbline wire protocol 0.9, this side 1.1" + mustMatch},
 		{"credits 0", helloBytes(func(b []byte) { b[6], b[7] = 0, 0 }), ErrMalformed, "handshake credits 0: must be at least 1"},
 		{"buf small", helloBytes(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 63) }), ErrMalformed, "handshake receive buffer size 63 out of range [64, 1<<30]"},
 		{"buf zero", helloBytes(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 0) }), ErrMalformed, "handshake receive buffer size 0 out of range [64, 1<<30]"},
@@ -112,9 +115,9 @@ func TestRejectCodeString(t *testing.T) {
 func TestRejectRoundTrip(t *testing.T) {
 	for _, r := range []Reject{
 		{Code: RejectOverloaded},
-		{Code: RejectVersion, Reason: "peer speaks handshake version 2, this side 1"},
-		{Code: RejectResources, Reason: "kein Speicher für Puffer — später"},
-		{Code: 99, Reason: strings.Repeat("x", MaxRejectReason)},
+		{Code: RejectVersion, Version: Version, Reason: "dialer speaks verbline wire protocol 2.0, this listener 1.1"},
+		{Code: RejectResources, Version: 0, Reason: "kein Speicher für Puffer — später"}, // a 1.0 reject
+		{Code: 99, Version: 0xff, Reason: strings.Repeat("x", MaxRejectReason)},
 	} {
 		b := r.AppendTo(nil)
 		if len(b) > maxRejectPrivateData {
@@ -133,8 +136,8 @@ func TestRejectRoundTrip(t *testing.T) {
 }
 
 func TestRejectLayout(t *testing.T) {
-	r := Reject{Code: RejectShutdown, Reason: "bye"}
-	want := []byte{'G', 'R', 'D', 'M', 4, 0, 0, 3, 'b', 'y', 'e'}
+	r := Reject{Code: RejectShutdown, Version: 1, Reason: "bye"}
+	want := []byte{'G', 'R', 'D', 'M', 4, 1, 0, 3, 'b', 'y', 'e'}
 	if got := r.AppendTo(nil); !bytes.Equal(got, want) {
 		t.Fatalf("got % x, want % x", got, want)
 	}
@@ -284,11 +287,28 @@ func FuzzParseHello(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(make([]byte, 56))
 	f.Add(helloBytes(func(b []byte) { b[4] = 2 }))
+	f.Add(helloBytes(func(b []byte) { b[4] = 2 })[:5])
+	f.Add(append(helloBytes(func(b []byte) { b[5] = 0xfe; binary.BigEndian.PutUint32(b[20:], 0xffffffff) }), 1, 2, 3, 4))
+	f.Add(hello10) // a 1.0 peer's
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseHello(b)
+		// Peers of 1.0 and of 1.1 accept exactly the same Hellos, and read
+		// the fields they share the same way.
+		old, oldErr := parseHello10(b)
+		if (err == nil) != (oldErr == nil) {
+			t.Fatalf("1.1 decoder: %v; 1.0 decoder: %v", err, oldErr)
+		}
+		if err == nil && (old.Version != h.Version || old.Credits != h.Credits || old.RecvBufSize != h.RecvBufSize ||
+			old.MaxMsgSize != h.MaxMsgSize || old.KeepaliveMS != h.KeepaliveMS) {
+			t.Fatalf("1.1 decoder read %+v, 1.0 decoder %+v", h, old)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrNotOurs) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrMalformed) {
 				t.Fatalf("unclassified error %v", err)
+			}
+			var ve *VersionError
+			if errors.As(err, &ve) != errors.Is(err, ErrVersion) || (ve != nil && (ve.Major == Version || ve.Major != b[4])) {
+				t.Fatalf("version error %v (%+v) for % x", err, ve, b)
 			}
 			return
 		}
