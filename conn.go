@@ -27,6 +27,9 @@ type Conn struct {
 	id           *rdmacm.ID
 	ep           *endpoint
 	peerBufSize  int // chunk size for sends: the peer's receive buffer size, capped by ours
+	// features are the optional protocol features both sides announced
+	// (internal/wire/PROTOCOL.md): only these may be used.
+	features wire.Features
 
 	readMu  sync.Mutex // one Read at a time; held while it waits
 	writeMu sync.Mutex // one Write at a time, so writes are not interleaved
@@ -155,6 +158,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 func (c *Conn) setPeer(peer wire.Hello) {
 	c.mu.Lock()
 	c.peerBufSize = min(int(peer.RecvBufSize), c.ep.bufSize)
+	c.features = peer.Features
 	c.credits = int(peer.Credits)
 	c.peerMaxMsg = c.peerBufSize
 	if c.dev.windows && int(peer.MaxMsgSize) > c.peerBufSize {
