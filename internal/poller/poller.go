@@ -93,7 +93,6 @@ type Poller struct {
 	progress atomic.Uint64 // completions dispatched so far: waiters watch it change
 	spinners atomic.Int32  // callers spinning on the CQ now
 	parked   atomic.Int32  // callers parked until a completion wakes them
-	lastPoll atomic.Int64  // when a caller last polled (monotonic ns)
 	// chanUsers counts connections whose user may wait on a channel
 	// (Messages, Notifications, Completions) without calling into the
 	// library: only for them must the poller look at the CQ while callers
@@ -313,10 +312,11 @@ func (p *Poller) release(wcs []verbs.WC) {
 }
 
 // run is the poller goroutine: it polls what no caller is waiting for.
-// While callers have polled within cfg.Idle it leaves the CQ unarmed and
-// only looks again after that much time (or when a parking caller armed
-// the CQ and a completion came); once they are quiet it takes over: it
-// drains the CQ, arms it, polls once more and sleeps on the channel.
+// While callers poll the CQ it leaves it unarmed and looks again after
+// cfg.Idle (only if a channel consumer may depend on it; else when a
+// parking caller armed the CQ and a completion came); once callers made no
+// poll between two looks it takes over: it drains the CQ, arms it, polls
+// once more and sleeps on the channel.
 func (p *Poller) run(started chan<- struct{}) {
 	defer close(p.done)
 	if p.cpu >= 0 {
@@ -340,6 +340,7 @@ func (p *Poller) run(started chan<- struct{}) {
 	}
 	wcs := make([]verbs.WC, 64)
 	mode, idle := p.g.cfg.Mode, p.g.cfg.Idle
+	var seen uint64 // callers' polls at the poller's last look
 	// Made once: a closure built per sleep would be a heap allocation per sleep.
 	var gerr error
 	events := 0
@@ -383,8 +384,11 @@ func (p *Poller) run(started chan<- struct{}) {
 					break
 				}
 			}
-			sinceCaller := time.Duration(nanotime() - p.lastPoll.Load())
-			if mode == Event || sinceCaller >= idle {
+			// Callers drive the CQ if they polled since the last look.
+			now := p.inlinePolls.Load()
+			driven := now != seen
+			seen = now
+			if mode == Event || !driven {
 				// Nobody drives the CQ: arm it, poll once more (a
 				// completion before the arm raises no event), sleep.
 				if p.arm() != nil {
@@ -405,7 +409,7 @@ func (p *Poller) run(started chan<- struct{}) {
 				p.file.SetReadDeadline(time.Time{})
 			} else {
 				p.release(wcs)
-				p.file.SetReadDeadline(p.lookAgain(idle - sinceCaller))
+				p.file.SetReadDeadline(p.lookAgain(idle))
 			}
 		} else {
 			p.file.SetReadDeadline(p.lookAgain(idle))

@@ -97,7 +97,6 @@ func (w *Waiter) Spin() bool {
 		if p.owner.CompareAndSwap(false, true) {
 			n, err := p.pollOwned(p.inline, cSpin)
 			p.inlinePolls.Add(1)
-			p.lastPoll.Store(nanotime())
 			if n == 0 {
 				p.emptyPolls.Add(1)
 			}

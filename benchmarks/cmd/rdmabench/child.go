@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -79,6 +80,16 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		if err != nil {
 			return fmt.Errorf("dial %s: %w", connect, err)
 		}
+	}
+	// RDMABENCH_CPUPROFILE=prefix writes each child's CPU profile to
+	// prefix.server / prefix.client (for go tool pprof).
+	if prefix := os.Getenv("RDMABENCH_CPUPROFILE"); prefix != "" {
+		f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	rc, ours := conn.(*rdma.Conn)
 	var before rdma.ConnStats
