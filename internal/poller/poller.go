@@ -258,13 +258,13 @@ func (g *Group) Mode() Mode { return g.cfg.Mode }
 // Spin is the group's minimum spin budget for waiting callers.
 func (g *Group) Spin() time.Duration { return g.cfg.Spin }
 
-// pollOwned polls once (spinning inside C for at most cSpin) and
-// dispatches what it found. The caller holds owner.
-func (p *Poller) pollOwned(wcs []verbs.WC, cSpin time.Duration) (int, error) {
+// pollOwned polls (up to tries times inside one cgo call) and dispatches
+// what it found. The caller holds owner.
+func (p *Poller) pollOwned(wcs []verbs.WC, tries int) (int, error) {
 	var n int
 	var err error
-	if cSpin > 0 {
-		n, err = p.cq.PollSpin(wcs, cSpin)
+	if tries > 1 {
+		n, err = p.cq.PollTries(wcs, tries)
 	} else {
 		n, err = p.cq.Poll(wcs)
 	}
@@ -358,7 +358,7 @@ func (p *Poller) run(started chan<- struct{}) {
 	for !p.stop.Load() {
 		if mode == Busy {
 			if p.owner.CompareAndSwap(false, true) {
-				n, err := p.pollOwned(wcs, 20*time.Microsecond)
+				n, err := p.pollOwned(wcs, 64)
 				p.polls.Add(1)
 				p.release(wcs)
 				if err != nil {

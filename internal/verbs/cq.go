@@ -59,6 +59,19 @@ static int poll_cq_spin(struct ibv_cq *cq, gowc *out, int n, int64_t spin_ns) {
 	}
 }
 
+// poll_cq_tries polls up to tries times until something completes: a short
+// spin bounded by a count, not a clock (a clock read costs more than a
+// poll under emulation, and the caller bounds its wait in Go).
+static int poll_cq_tries(struct ibv_cq *cq, gowc *out, int n, int tries) {
+	struct ibv_wc wc[POLL_BATCH];
+	if (n > POLL_BATCH) n = POLL_BATCH;
+	for (int i = 0; i < tries; i++) {
+		int got = ibv_poll_cq(cq, n, wc);
+		if (got != 0) return got < 0 ? got : copy_wcs(wc, got, out);
+	}
+	return 0;
+}
+
 static int set_nonblock(int fd) {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0) return -errno;
@@ -238,6 +251,19 @@ func (q *CQ) PollSpin(wcs []WC, spin time.Duration) (int, error) {
 		return 0, nil
 	}
 	n := C.poll_cq_spin(q.cq, (*C.gowc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs)), C.int64_t(spin))
+	if n < 0 {
+		return 0, errnoErr("ibv_poll_cq", nil, n)
+	}
+	return int(n), nil
+}
+
+// PollTries is Poll that polls up to tries times inside one cgo call until
+// something completes.
+func (q *CQ) PollTries(wcs []WC, tries int) (int, error) {
+	if len(wcs) == 0 {
+		return 0, nil
+	}
+	n := C.poll_cq_tries(q.cq, (*C.gowc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs)), C.int(tries))
 	if n < 0 {
 		return 0, errnoErr("ibv_poll_cq", nil, n)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -31,7 +32,8 @@ type childArgs struct {
 func (a childArgs) flags(h *harness) []string {
 	return []string{"-case", a.caseName, "-net", a.network, "-size", fmt.Sprint(a.size),
 		"-iters", fmt.Sprint(a.iters), "-warmup", fmt.Sprint(a.warmup),
-		"-addr", h.addr, "-depth", fmt.Sprint(h.depth), "-spin", h.spin.String()}
+		"-addr", h.addr, "-depth", fmt.Sprint(h.depth), "-spin", h.spin.String(),
+		"-gomaxprocs", fmt.Sprint(h.procs)}
 }
 
 // rdmaConfig is the library configuration of ours, the same in both children:
@@ -93,12 +95,21 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 	}
 	rc, ours := conn.(*rdma.Conn)
 	var before rdma.ConnStats
+	var csw0, thr0 [2]float64
 	if ours {
 		before = rc.Stats()
+		csw0, thr0 = ctxSwitches()
 	}
 	s, err := c.Run(&Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup})
 	if ours && err == nil {
-		b, _ := json.Marshal(perMessage(before, rc.Stats(), a.iters+a.warmup))
+		m := perMessage(before, rc.Stats(), a.iters+a.warmup)
+		csw1, thr1 := ctxSwitches()
+		n := float64(max(1, a.iters+a.warmup))
+		m["ctx_switches_voluntary"] = (csw1[0] - csw0[0]) / n
+		m["ctx_switches_involuntary"] = (csw1[1] - csw0[1]) / n
+		m["threads"] = thr1[0]
+		_ = thr0
+		b, _ := json.Marshal(m)
 		fmt.Printf("counters %s\n", b)
 	}
 	if cerr := conn.Close(); err == nil && cerr != nil && !serve {
@@ -177,6 +188,30 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 		sample.Counters = counters
 	}
 	return sample, nil
+}
+
+// ctxSwitches sums the voluntary and involuntary context switches of every
+// thread of this process (a thread switch is what a Go runtime hand-over
+// costs and what perftest's single thread never pays), and counts threads.
+func ctxSwitches() (sw [2]float64, threads [2]float64) {
+	dirs, _ := filepath.Glob("/proc/self/task/*/status")
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		threads[0]++
+		for _, l := range strings.Split(string(b), "\n") {
+			var v float64
+			if _, err := fmt.Sscanf(l, "voluntary_ctxt_switches: %g", &v); err == nil {
+				sw[0] += v
+			}
+			if _, err := fmt.Sscanf(l, "nonvoluntary_ctxt_switches: %g", &v); err == nil {
+				sw[1] += v
+			}
+		}
+	}
+	return sw, threads
 }
 
 // perMessage is the work one process did per message (per round trip for

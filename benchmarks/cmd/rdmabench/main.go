@@ -42,16 +42,18 @@ var hidden = map[string]bool{"serve": true, "client": true, "case": true, "net":
 
 func main() {
 	var (
-		addr      = flag.String("addr", os.Getenv("RDMA_TEST_ADDR"), "IPv4 `address` of the RDMA netdev (default $RDMA_TEST_ADDR)")
-		quick     = flag.Bool("quick", false, "one size per metric, fewer iterations and 2 reps (for make demo)")
-		jsonPath  = flag.String("json", "", "write the results as JSON to `path`")
-		svgPath   = flag.String("svg", "", "write the chart to `path` (default: the JSON path with .svg)")
-		casesRe   = flag.String("cases", "", "run only our cases whose \"metric/name\" matches `regexp` (e.g. latency, conn-stream)")
-		baseRe    = flag.String("baselines", "", "run only the baselines whose name matches `regexp` (ib_send_lat, ib_write_bw, tcp, ...)")
-		reps      = flag.Int("reps", 3, "repetitions of every case and baseline; the median is reported (-quick: 2 unless given)")
-		pin       = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
-		depth     = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
-		spin      = flag.Duration("spin", 0, "our Config.PollSpin (0: the library default; negative: event mode)")
+		addr     = flag.String("addr", os.Getenv("RDMA_TEST_ADDR"), "IPv4 `address` of the RDMA netdev (default $RDMA_TEST_ADDR)")
+		quick    = flag.Bool("quick", false, "one size per metric, fewer iterations and 2 reps (for make demo)")
+		jsonPath = flag.String("json", "", "write the results as JSON to `path`")
+		svgPath  = flag.String("svg", "", "write the chart to `path` (default: the JSON path with .svg)")
+		casesRe  = flag.String("cases", "", "run only our cases whose \"metric/name\" matches `regexp` (e.g. latency, conn-stream)")
+		baseRe   = flag.String("baselines", "", "run only the baselines whose name matches `regexp` (ib_send_lat, ib_write_bw, tcp, ...)")
+		reps     = flag.Int("reps", 3, "repetitions of every case and baseline; the median is reported (-quick: 2 unless given)")
+		pin      = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
+		depth    = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
+		spin     = flag.Duration("spin", 0, "our Config.PollSpin (0: the library default; negative: event mode)")
+		procs    = flag.Int("gomaxprocs", 2, "GOMAXPROCS of our Go processes (and the TCP baseline's); 0: Go's default "+
+			"(the CPUs the process may use: 1 when pinned). See benchmarks/README.md on why 2 on one pinned CPU")
 		timeout   = flag.Duration("timeout", 2*time.Minute, "kill any server or client process running longer than this")
 		latIters  = flag.Int("lat-iters", 0, "round trips per latency run (0: 1000, quick 300)")
 		bwBytes   = flag.Int64("bw-bytes", 0, "bytes per bandwidth run (0: 32 MiB, quick 8 MiB)")
@@ -75,6 +77,9 @@ func main() {
 
 	if *serve || *client != "" {
 		a := childArgs{caseName: *caseName, network: *network, size: *size, iters: *iters, warmup: *warmup}
+		if *procs > 0 {
+			runtime.GOMAXPROCS(*procs)
+		}
 		if err := runChild(*serve, *client, a, *addr, *depth, *spin); err != nil {
 			fatalChild(err)
 		}
@@ -122,7 +127,7 @@ func main() {
 		*svgPath = strings.TrimSuffix(*jsonPath, ".json") + ".svg"
 	}
 
-	h := &harness{addr: *addr, depth: *depth, spin: *spin, timeout: *timeout,
+	h := &harness{addr: *addr, depth: *depth, spin: *spin, procs: *procs, timeout: *timeout,
 		readyTimeout: 90 * time.Second, serverCPU: -1, clientCPU: -1, stdbuf: lookStdbuf(),
 		nextPort: 20000 + os.Getpid()%1000*10, log: os.Stderr, verbose: *verbose, quick: *quick, reps: *reps, work: w}
 	if *pin {
@@ -260,6 +265,7 @@ type harness struct {
 	self                  string // a private copy of this executable, re-executed for ours and TCP
 	depth                 int
 	spin                  time.Duration
+	procs                 int // GOMAXPROCS of our children (0: Go's default)
 	timeout, readyTimeout time.Duration
 	serverCPU, clientCPU  int    // -1: not pinned
 	stdbuf                string // path of stdbuf, or ""

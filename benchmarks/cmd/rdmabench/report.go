@@ -92,8 +92,12 @@ func (r *report) context() string {
 	if r.h.spin != 0 {
 		spin = "PollSpin " + r.h.spin.String()
 	}
-	return fmt.Sprintf("%s on %s, %d CPUs, %s; median of %d reps; depth %d; ours: %s",
-		deviceName(), r.h.addr, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin)
+	procs := "GOMAXPROCS Go's default"
+	if r.h.procs > 0 {
+		procs = fmt.Sprintf("GOMAXPROCS %d", r.h.procs)
+	}
+	return fmt.Sprintf("%s on %s, %d CPUs, %s; median of %d reps; depth %d; ours: %s, %s",
+		deviceName(), r.h.addr, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin, procs)
 }
 
 func fmtVal(m Metric, v float64) string {
@@ -183,7 +187,7 @@ func (r *report) printTable(w io.Writer) {
 }
 
 // counterKeys are the per-message counters the table shows (the JSON has all).
-var counterKeys = []string{"send_doorbells", "recv_doorbells", "signaled", "cgo_work", "cgo_empty", "poller_wakeups", "parks"}
+var counterKeys = []string{"send_doorbells", "recv_doorbells", "signaled", "cgo_work", "cgo_empty", "poller_wakeups", "parks", "ctx_switches_involuntary", "ctx_switches_voluntary"}
 
 // printCounters shows, for our cases, the work per message (per round trip
 // for latency) of the client and the server: medians over the repetitions.
