@@ -9,10 +9,10 @@ import (
 	"github.com/verbline/rdma/internal/wire"
 )
 
-// HandleCompletions applies a batch of completions to the connection's state
+// handleCompletions applies a batch of completions to the connection's state
 // and wakes waiters once. The device's poller calls it; it never blocks on a
 // user (delivery channels are sized so a send into them cannot block).
-func (c *Conn) HandleCompletions(wcs []verbs.WC) {
+func (c *Conn) handleCompletions(wcs []verbs.WC) {
 	c.mu.Lock()
 	if c.released {
 		c.mu.Unlock()

@@ -33,10 +33,6 @@ import (
 // until its Release; after that the handle is stale (Bytes returns nil) and
 // the memory receives new data.
 
-// ErrMessageTooLarge: a message is larger than the peer accepts (its Config.MaxMessageSize).
-var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
-	"(see Conn.MaxMessageSize; raise the peer's Config.MaxMessageSize, or move bulk data with Export and WriteRemote)")
-
 // recvSlot returns a receive buffer lent to the user to the connection.
 type recvSlot struct {
 	c   *Conn
@@ -178,42 +174,6 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		c.asyncOut++
 	}
 	return nil
-}
-
-// waitLocked waits for the connection's state to change, ctx to end or the
-// deadline to pass, driving the CQ meanwhile (spinWait). Called with c.mu
-// held, right after the caller's condition failed; returns with it held,
-// and the caller checks its condition again. w is the caller's wait (its
-// End is the caller's to defer).
-func (c *Conn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
-	if !w.Started() || w.Spinning() {
-		c.mu.Unlock()
-		c.spinWait(w, &c.wrSpin)
-		c.mu.Lock()
-		if c.closed {
-			return net.ErrClosed
-		}
-		return nil
-	}
-	// Parked: the wake channel is taken in the critical section that
-	// checked the condition, so no change after that check is missed.
-	wake := c.wakeChan()
-	c.mu.Unlock()
-	defer c.mu.Lock()
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
-	select {
-	case <-wake:
-		return nil
-	case <-d.wait():
-		return os.ErrDeadlineExceeded
-	case <-c.closing:
-		return net.ErrClosed
-	case <-done:
-		return ctx.Err()
-	}
 }
 
 // Messages delivers received messages, whole and in order, as Bufs the

@@ -2,7 +2,6 @@ package rdma
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -29,20 +28,11 @@ import (
 // Connections on one device share a protection domain, so an rkey is valid
 // on all of them: treat descriptors as secrets shared with one peer.
 
-// ErrCompletionsFull: an asynchronous operation was not posted because its
-// completion might not fit Completions(), which the poller must never block on.
-var ErrCompletionsFull = errors.New("Completions() is full: receive the completions of earlier " +
-	"PostSend, PostWriteRemote and PostReadRemote calls before posting more")
-
 // asyncRoomLocked reports whether one more asynchronous operation's
 // completion is sure to fit Completions(). Only the poller sends on it
 // (under c.mu, held here) and the user only takes from it, so the check
 // stays true until the operation is posted.
 func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+len(c.opDone) < cap(c.opDone) }
-
-// ErrRemoteAccess: the remote side refused a one-sided access (outside the
-// exported range, without the right, or after the export ended).
-var ErrRemoteAccess = errors.New("remote access refused (outside the exported range, not permitted, or export closed)")
 
 // Access is what the peer may do to an exported buffer.
 type Access int

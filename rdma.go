@@ -179,21 +179,6 @@ func (a *Addr) String() string {
 	return a.AddrPort.String()
 }
 
-// Errors callers can test with errors.Is.
-var (
-	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded).
-	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
-		"(modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
-	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.
-	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
-		"(use an IP of a netdev that `rdma link show` lists)")
-	// ErrHandshake: the peer does not speak this library's protocol, or refused ours.
-	ErrHandshake = errors.New("rdma handshake failed")
-	// ErrMemlock: registering buffers failed because the locked-memory limit is too low.
-	ErrMemlock = errors.New("cannot register RDMA buffers: the locked-memory limit is too low " +
-		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
-)
-
 func checkNetwork(network string) error {
 	switch network {
 	case "rdma", "rdma4", "rdma6":
@@ -356,6 +341,3 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	}
 	return l, nil
 }
-
-// ErrProtocol: the peer broke the wire protocol; the connection is closed.
-var ErrProtocol = errors.New("rdma protocol violation by peer")

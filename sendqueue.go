@@ -97,3 +97,18 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 		c.oneSidedDoneLocked(e.idx, wc, &c.toRelease)
 	}
 }
+
+// postLocked posts one send-queue work request of the given kind and
+// index (through ctlWR: a local would escape to the heap); force asks for
+// its completion. A failed post ends the connection. Called with c.mu held;
+// the caller checked that the send queue has room.
+func (c *Conn) postLocked(wr verbs.SendWR, kind uint64, idx int, force bool) error {
+	c.sqPushLocked(&wr, kind, idx, force)
+	c.ctlWR[0] = wr
+	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+		c.sqPopLocked(1)
+		c.failLocked(err)
+		return err
+	}
+	return nil
+}

@@ -23,9 +23,9 @@ func Token(wrid uint64) uint32 { return uint32(wrid >> TokenShift) }
 
 // Handler consumes completions. It runs on the poller's goroutine and must
 // not block (no waiting on users; a short mutex is fine).
-type Handler interface {
-	HandleCompletions(wcs []verbs.WC)
-}
+// It is a function, not an interface, so the connection's hook stays
+// unexported.
+type Handler func(wcs []verbs.WC)
 
 // table maps tokens to handlers. Readers (the poller, per batch) take an
 // immutable snapshot with one atomic load; writers copy under a mutex.
@@ -92,7 +92,7 @@ func (t *table) dispatch(wcs []verbs.WC) (dropped int) {
 			j++
 		}
 		if int(tok) < len(handlers) && handlers[tok] != nil {
-			handlers[tok].HandleCompletions(wcs[i:j])
+			handlers[tok](wcs[i:j])
 		} else {
 			dropped += j - i
 		}

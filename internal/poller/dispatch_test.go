@@ -28,7 +28,7 @@ func wc(tok uint32, n uint64) verbs.WC { return verbs.WC{WRID: uint64(tok)<<Toke
 func TestDispatchRuns(t *testing.T) {
 	tb := newTable()
 	a, b := &recorder{}, &recorder{}
-	ta, tbk := tb.add(a), tb.add(b)
+	ta, tbk := tb.add(a.HandleCompletions), tb.add(b.HandleCompletions)
 	if ta == 0 || tbk == 0 || ta == tbk {
 		t.Fatalf("tokens %d %d", ta, tbk)
 	}
@@ -60,7 +60,7 @@ func TestDispatchConcurrentAttach(t *testing.T) {
 	const minChurn, minPasses = 1000, 1000
 	tb := newTable()
 	r := &recorder{}
-	tok := tb.add(r)
+	tok := tb.add(r.HandleCompletions)
 	var (
 		passes  atomic.Int64 // dispatches made so far
 		dropped int          // completions for tok that found no handler; read after wg.Wait
@@ -89,7 +89,7 @@ func TestDispatchConcurrentAttach(t *testing.T) {
 	for len(churned) < minChurn || passes.Load()-atStart < minPasses {
 		c := &recorder{}
 		churned = append(churned, c)
-		tb.remove(tb.add(c))
+		tb.remove(tb.add(c.HandleCompletions))
 	}
 	close(stop)
 	wg.Wait()
@@ -116,9 +116,9 @@ func TestDispatchConcurrentAttach(t *testing.T) {
 
 func TestTokenReuseIsDelayed(t *testing.T) {
 	tb := newTable()
-	first := tb.add(&recorder{})
+	first := tb.add((&recorder{}).HandleCompletions)
 	tb.remove(first)
-	if again := tb.add(&recorder{}); again == first {
+	if again := tb.add((&recorder{}).HandleCompletions); again == first {
 		t.Fatal("a token was reused at once: a late completion could reach the wrong connection")
 	}
 }

@@ -1,0 +1,38 @@
+package rdma
+
+import "errors"
+
+// The sentinels callers test with errors.Is. Errors from a Conn arrive
+// wrapped in a *net.OpError; the sentinel says what happened, the wrapped
+// chain keeps the cause (an errno, a work completion's status).
+
+// Errors callers can test with errors.Is.
+var (
+	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded).
+	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
+		"(modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
+	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.
+	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
+		"(use an IP of a netdev that `rdma link show` lists)")
+	// ErrHandshake: the peer does not speak this library's protocol, or refused ours.
+	ErrHandshake = errors.New("rdma handshake failed")
+	// ErrMemlock: registering buffers failed because the locked-memory limit is too low.
+	ErrMemlock = errors.New("cannot register RDMA buffers: the locked-memory limit is too low " +
+		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
+)
+
+// ErrProtocol: the peer broke the wire protocol; the connection is closed.
+var ErrProtocol = errors.New("rdma protocol violation by peer")
+
+// ErrMessageTooLarge: a message is larger than the peer accepts (its Config.MaxMessageSize).
+var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
+	"(see Conn.MaxMessageSize; raise the peer's Config.MaxMessageSize, or move bulk data with Export and WriteRemote)")
+
+// ErrCompletionsFull: an asynchronous operation was not posted because its
+// completion might not fit Completions(), which the poller must never block on.
+var ErrCompletionsFull = errors.New("Completions() is full: receive the completions of earlier " +
+	"PostSend, PostWriteRemote and PostReadRemote calls before posting more")
+
+// ErrRemoteAccess: the remote side refused a one-sided access (outside the
+// exported range, without the right, or after the export ended).
+var ErrRemoteAccess = errors.New("remote access refused (outside the exported range, not permitted, or export closed)")
