@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"context"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,100 +17,50 @@ import (
 // Conn is an RDMA reliable connection with the semantics of a TCP stream. It
 // implements net.Conn; many goroutines may call its methods at once.
 type Conn struct {
+	// Immutable after the handshake (set before the Conn is handed out).
 	cfg          Config
 	laddr, raddr *Addr
 	ch           *rdmacm.Channel // the connection's own event channel
 	id           *rdmacm.ID
 	ep           *endpoint
+	dev          *device
 	peerBufSize  int // chunk size for sends: the peer's receive buffer size, capped by ours
 	// features are the optional protocol features both sides announced
 	// (internal/wire/PROTOCOL.md): only these may be used.
-	features wire.Features
-
-	readMu  sync.Mutex // one Read at a time; held while it waits
-	writeMu sync.Mutex // one Write at a time, so writes are not interleaved
-
-	mu sync.Mutex // guards everything below
-	// Receive side: completed receives in arrival order, a ring of buffer indices.
-	rq      []rxMsg
-	rqHead  int
-	rqLen   int
-	pending int // receives reposted but not yet granted back to the peer
-	// uncredited counts the receives in recvWRs that are not credits (they
-	// took a rendezvous done, which the peer sends without one).
-	uncredited int
-	eof        bool // the peer sent end-of-stream
-	rerr       error
-	// Send side.
-	credits    int    // peer receive buffers we may still fill
-	sendSeq    uint64 // data sends posted
-	sendDone   uint64 // data sends completed (RC completes in order)
-	sqInFlight int    // send-queue entries posted and not retired (sendqueue.go)
-	sqReserved int    // send-queue entries a writer reserved and has not posted yet
-	sq         []sqEntry
-	sqHead     int // the oldest entry not retired
-	sqUnsig    int // requests posted since the last signaled one
-	recvPosted int // receives posted and not completed
-	finSent    bool
-	werr       error
-	closed     bool
-	qpDown     bool          // the QP was moved to ERR
-	wake       chan struct{} // closed and replaced on a state change when wakers > 0
-	wakers     int           // goroutines waiting on wake
-	ringFreed  bool          // the receive ring went back to the pool (after release)
+	features   wire.Features
 	rdSig      chan struct{} // capacity 1: wakes the (single, readMu) blocked reader
 	wrSig      chan struct{} // capacity 1: wakes the (single, writeMu) blocked writer
 	closing    chan struct{} // closed by Close
-	released   bool          // the endpoint is gone: completions are ignored
 	eventsDone chan struct{} // closed when the CM event loop exits
 
+	// Synchronized by themselves.
+	readMu                 sync.Mutex // one Read at a time; held while it waits
+	writeMu                sync.Mutex // one Write at a time, so writes are not interleaved
 	rdDeadline, wrDeadline deadline
 	// Spin budgets learnt from recent waits (poller.SpinBudget): readers
 	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
 	rdSpin, wrSpin poller.SpinBudget
 	chanUser       atomic.Bool // the user took a delivery channel (channelUser)
 	closeOnce      sync.Once
-	closeErr       error
+	closeErr       error // set inside closeOnce
 
-	// The message view and one-sided operations (message.go, onesided.go).
-	dev        *device
-	msgs       chan buffer.Buf
-	notes      chan Notification
-	msgsClosed bool
-	slots      []recvSlot
-	lent       []bool       // receive buffer i is with the user (message or notification)
-	msgSend    []buffer.Buf // messages in flight, by send slot
-	msgFree    []int
-	msgAsync   []bool   // the send slot's outcome goes to Completions()
-	msgID      []uint64 // ... with this id
-	ops        []opSlot
-	opFree     []int
-	opDone     chan OpCompletion
-	asyncOut   int // asynchronous operations posted whose completion is not yet on opDone
-	exports    map[*Export]struct{}
-	toRelease  []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
+	sendWRs []verbs.SendWR // guarded by writeMu: scratch for Write
 
-	// Rendezvous (rendezvous.go): messages larger than the peer's receive buffers.
-	peerMaxMsg int         // largest message Send takes: peerBufSize, or more by rendezvous
-	rvMW       []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
-	rvSending  []bool      // by send slot: lent to the peer, waiting for its done
-	rvOut      int         // send slots in a rendezvous (until the window is revoked)
-	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
-	bigSlots   []bigSlot   // by receive buffer: recyclers of delivered large messages
-	bigRefs    []*buffer.RecyclerRef
-	inbox      []int // receive buffers of messages not yet delivered, in order (a ring)
-	inHead     int
-	inLen      int
-	rvStalled  int             // incoming rendezvous without a buffer or a posted READ
-	rvReads    int             // READs in flight
-	rvDone     []uint32        // done answers waiting for send-queue room
-	rvInval    []int           // send slots whose window waits to be invalidated
-	rvCtx      context.Context // ends at release: stops waits for pool buffers
-	rvCancel   context.CancelFunc
-
-	sendWRs []verbs.SendWR  // scratch for Write, guarded by writeMu
-	ctlWR   [1]verbs.SendWR // scratch for control messages, guarded by mu (a local would escape to the heap)
-	recvWRs []verbs.RecvWR  // scratch for reposting, guarded by mu
+	mu              sync.Mutex     // guards every field below, and the embedded states
+	streamState                    // stream.go: received bytes, credits, end of stream
+	sendQueue                      // sendqueue.go: posted send-queue requests in order
+	messageState                   // message.go: received messages lent to the user, zero-copy sends
+	oneSidedState                  // onesided.go: operations in flight, exports
+	rendezvousState                // rendezvous.go: messages larger than the peer's receive buffers
+	recvPosted      int            // receives posted and not completed
+	closed          bool           // Close was called
+	qpDown          bool           // the QP was moved to ERR
+	released        bool           // the endpoint is gone: completions are ignored
+	ringFreed       bool           // the receive ring went back to the pool (after release)
+	wake            chan struct{}  // closed and replaced on a state change when wakers > 0
+	wakers          int            // goroutines waiting on wake
+	recvWRs         []verbs.RecvWR // scratch for reposting
+	toRelease       []buffer.Buf   // released after c.mu is dropped (a release may recycle into another connection)
 }
 
 // newConn makes the connection object and its endpoint (the endpoint's
@@ -126,10 +75,10 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		eventsDone: make(chan struct{}),
 		rdDeadline: makeDeadline(),
 		wrDeadline: makeDeadline(),
-		rq:         make([]rxMsg, cfg.RecvBuffers+maxRendezvous), // every receive posted
 		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
 		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous),
 	}
+	c.rq = make([]rxMsg, cfg.RecvBuffers+maxRendezvous) // every receive posted
 	ep, err := newEndpoint(id, cfg, c.handleCompletions)
 	if err != nil {
 		return nil, err

@@ -33,6 +33,19 @@ import (
 // until its Release; after that the handle is stale (Bytes returns nil) and
 // the memory receives new data.
 
+// messageState is the message view's state, guarded by Conn.mu.
+type messageState struct {
+	msgs       chan buffer.Buf
+	notes      chan Notification
+	msgsClosed bool
+	slots      []recvSlot
+	lent       []bool       // receive buffer i is with the user (message or notification)
+	msgSend    []buffer.Buf // messages in flight, by send slot
+	msgFree    []int
+	msgAsync   []bool   // the send slot's outcome goes to Completions()
+	msgID      []uint64 // ... with this id
+}
+
 // recvSlot returns a receive buffer lent to the user to the connection.
 type recvSlot struct {
 	c   *Conn

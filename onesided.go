@@ -112,6 +112,15 @@ func (e *Export) close() error {
 	return e.err
 }
 
+// oneSidedState is the one-sided operations' state, guarded by Conn.mu.
+type oneSidedState struct {
+	ops      []opSlot
+	opFree   []int
+	opDone   chan OpCompletion
+	asyncOut int // asynchronous operations posted whose completion is not yet on opDone
+	exports  map[*Export]struct{}
+}
+
 // opSlot tracks one one-sided operation in flight.
 type opSlot struct {
 	done  chan error // for the blocking forms; capacity 1

@@ -32,6 +32,27 @@ import (
 // buffers' worth of messages, as for small ones. Messages keep their order:
 // one that arrives behind a rendezvous still being read waits in the inbox.
 
+// rendezvousState is the state of large messages in both directions,
+// guarded by Conn.mu.
+type rendezvousState struct {
+	peerMaxMsg int         // largest message Send takes: peerBufSize, or more by rendezvous
+	rvMW       []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
+	rvSending  []bool      // by send slot: lent to the peer, waiting for its done
+	rvOut      int         // send slots in a rendezvous (until the window is revoked)
+	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
+	bigSlots   []bigSlot   // by receive buffer: recyclers of delivered large messages
+	bigRefs    []*buffer.RecyclerRef
+	inbox      []int // receive buffers of messages not yet delivered, in order (a ring)
+	inHead     int
+	inLen      int
+	rvStalled  int             // incoming rendezvous without a buffer or a posted READ
+	rvReads    int             // READs in flight
+	rvDone     []uint32        // done answers waiting for send-queue room
+	rvInval    []int           // send slots whose window waits to be invalidated
+	rvCtx      context.Context // ends at release: stops waits for pool buffers
+	rvCancel   context.CancelFunc
+}
+
 // rvState is where an incoming rendezvous is.
 type rvState uint8
 

@@ -19,6 +19,16 @@ import "github.com/verbline/rdma/internal/verbs"
 // signalEvery is how many send-queue requests may go without a completion.
 const signalEvery = 16
 
+// sendQueue is the send queue's bookkeeping, guarded by Conn.mu.
+type sendQueue struct {
+	sqInFlight int // send-queue entries posted and not retired
+	sqReserved int // send-queue entries a writer reserved and has not posted yet
+	sq         []sqEntry
+	sqHead     int             // the oldest entry not retired
+	sqUnsig    int             // requests posted since the last signaled one
+	ctlWR      [1]verbs.SendWR // scratch for single posts (a local would escape to the heap)
+}
+
 // sqEntry is one posted send-queue work request: what to do when it retires.
 type sqEntry struct {
 	kind uint64 // wrSendData, wrSendCtl, ...

@@ -22,6 +22,26 @@ import (
 // held back for control messages), so the NIC never meets a receiver
 // without a posted buffer.
 
+// streamState is the stream view's state, guarded by Conn.mu.
+type streamState struct {
+	// Receive side: completed receives in arrival order, a ring of buffer indices.
+	rq      []rxMsg
+	rqHead  int
+	rqLen   int
+	pending int // receives reposted but not yet granted back to the peer
+	// uncredited counts the receives in recvWRs that are not credits (they
+	// took a rendezvous done, which the peer sends without one).
+	uncredited int
+	eof        bool // the peer sent end-of-stream
+	rerr       error
+	// Send side.
+	credits  int    // peer receive buffers we may still fill
+	sendSeq  uint64 // data sends posted
+	sendDone uint64 // data sends completed (RC completes in order)
+	finSent  bool
+	werr     error
+}
+
 type rxMsg struct {
 	buf int // receive buffer index
 	off int // bytes already read
