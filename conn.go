@@ -251,6 +251,15 @@ func (c *Conn) release() error {
 		}
 	}
 	c.mu.Unlock()
+	// Messages and notifications delivered but never received go back now
+	// (Messages() and Notifications() are closed, so this ends): a peer
+	// that sends and disconnects must not pin this side's memory.
+	for b := range c.msgs {
+		b.Release()
+	}
+	for n := range c.notes {
+		n.Release()
+	}
 	for e := range exports {
 		e.close()
 	}

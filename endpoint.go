@@ -73,7 +73,13 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	e.sqDepth = e.nSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
 	defer func() {
 		if err != nil {
+			// No Conn owns the receive ring yet: free it here (the QP, which
+			// has posted nothing, goes first in close).
 			e.close()
+			for _, b := range e.recv {
+				b.Free()
+			}
+			e.recv = nil
 		}
 	}()
 	ctx, err := id.Context()

@@ -185,7 +185,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
 	if err = id.Connect(rdmacm.ConnParam{PrivateData: hello(c), ResponderResources: depth, InitiatorDepth: depth,
-		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
+		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
 	ev, err := expect(ctx, ch, rdmacm.EventConnectResponse, "waiting for the listener")
@@ -259,7 +259,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
 	if err = child.Accept(rdmacm.ConnParam{PrivateData: hello(c), ResponderResources: depth, InitiatorDepth: depth,
-		RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
+		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
 	if _, err = expect(ctx, ch, rdmacm.EventEstablished, "waiting for the dialer to establish"); err != nil {
@@ -295,3 +295,9 @@ func reject(id *rdmacm.ID, code wire.RejectCode, reason string) {
 	id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
 	id.Destroy()
 }
+
+// rnrRetry is how often the peer's NIC retries a send that found no posted
+// receive here. Credit-based flow control means it never happens with a
+// well-behaved peer; 7 would mean "retry forever", so a peer that sends
+// beyond its credits would stall instead of failing: 6 bounds it.
+const rnrRetry = 6

@@ -90,6 +90,9 @@ func (c *Conn) MaxMessageSize() int {
 // size class, 4 MiB by default) for Send, Export and the one-sided
 // operations. Bytes() has length n. Send takes at most MaxMessageSize bytes.
 func (c *Conn) Alloc(n int) (buffer.Buf, error) {
+	if c.isClosed() {
+		return buffer.Buf{}, c.opError("alloc", net.ErrClosed)
+	}
 	b, err := c.dev.pool.Get(n)
 	if errors.Is(err, buffer.ErrExhausted) {
 		err = fmt.Errorf("%w; the limit is Config.PoolMaxBytes of the device's first connection", err)

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"io"
 	"math/rand"
+	"net"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
@@ -893,4 +895,69 @@ func TestCloseWhileLending(t *testing.T) {
 	case <-time.After(rdmatest.Scale(10 * time.Second)):
 		t.Fatal("Close hung with a received message still lent to the peer")
 	}
+}
+
+// TestUnreadMessagesFreedAtClose: messages and notifications a peer sent
+// that the receiver never took (small ones, large ones read by rendezvous)
+// go back to the pool when the receiver closes: the leak check at the end
+// needs every buffer back to tear the device down. And Alloc on a closed
+// Conn refuses.
+func TestUnreadMessagesFreedAtClose(t *testing.T) {
+	c, s, ln := connPair(t, nil)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	for _, size := range []int{64, 1000, c.peerBufSize + 1, 1 << 20, 64} {
+		b, err := c.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Send(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target, local := mustAlloc(t, s, 4096), mustAlloc(t, c, 128)
+	defer target.Release()
+	defer local.Release()
+	exp, err := s.Export(target, RemoteWrite) // ends with s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteRemoteImm(ctx, local, exp.Remote(), 0, 7); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the server has every message and the notification queued.
+	for deadline := time.Now().Add(rdmatest.Scale(10 * time.Second)); ; {
+		s.mu.Lock()
+		queued := len(s.msgs) + len(s.notes)
+		s.mu.Unlock()
+		if queued == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 6 deliveries queued", queued)
+		}
+		var w poller.Waiter
+		s.spinWait(&w, &s.rdSpin) // drive the CQ as a receiver would
+		w.End()
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Alloc(64); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Alloc on a closed Conn: %v, want net.ErrClosed", err)
+	}
+}
+
+func mustAlloc(t *testing.T, c *Conn, n int) buffer.Buf {
+	t.Helper()
+	b, err := c.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
