@@ -961,3 +961,115 @@ func mustAlloc(t *testing.T, c *Conn, n int) buffer.Buf {
 	}
 	return b
 }
+
+// dialAgain makes one more connection to ln (connPair made the first and
+// checks for leaks at the end).
+func dialAgain(t *testing.T, ln *Listener) (client, server *Conn) {
+	t.Helper()
+	ch := make(chan *Conn, 1)
+	go func() {
+		s, err := ln.AcceptRDMA()
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- s
+	}()
+	d := Dialer{Timeout: rdmatest.Scale(10 * time.Second)}
+	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-ch
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	return nc.(*Conn), s
+}
+
+// TestExportScopedToConnection: an export's key works only through the
+// connection it was made on, with the rights asked for, and not after
+// Export.Close; a refused access changes no byte. (Before exports were
+// windows bound to their QP, any connection of the device could use the
+// key of any export: the first write below succeeded.)
+func TestExportScopedToConnection(t *testing.T) {
+	c1, s1, ln := connPair(t, nil)
+	defer ln.Close()
+	defer c1.Close()
+	defer s1.Close()
+	c2, s2 := dialAgain(t, ln)
+	defer c2.Close()
+	defer s2.Close()
+	if !s1.dev.windows {
+		t.Fatal("the device has no type 2 memory windows")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	target := mustAlloc(t, s1, 4096)
+	defer target.Release()
+	full := target.Full()
+	for i := range full {
+		full[i] = 0xee
+	}
+	unchanged := func(what string) {
+		t.Helper()
+		for i, v := range full {
+			if v != 0xee {
+				t.Fatalf("%s: exporter memory at %d changed to 0x%x", what, i, v)
+			}
+		}
+	}
+	exp, err := s1.Export(target, RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := mustAlloc(t, c1, 4096)
+	defer local.Release()
+	for i := range local.Bytes() {
+		local.Bytes()[i] = 0x11
+	}
+	other := mustAlloc(t, c2, 4096)
+	defer other.Release()
+	copy(other.Bytes(), local.Bytes())
+
+	// Read was not granted.
+	if err := c1.ReadRemote(ctx, local, exp.Remote(), 0); !errors.Is(err, ErrRemoteAccess) {
+		t.Fatalf("read from a write-only export: %v, want ErrRemoteAccess", err)
+	}
+	c1.Close() // an RC access error ends the connection it happened on
+	s1.Close()
+	unchanged("after the refused read")
+	c1, s1 = dialAgain(t, ln)
+	defer c1.Close()
+	defer s1.Close()
+	exp.Close()
+	if exp, err = s1.Export(target, RemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	local2 := mustAlloc(t, c1, 4096)
+	defer local2.Release()
+	copy(local2.Bytes(), local.Bytes())
+
+	// Another connection's peer, holding the key, is refused.
+	if err := c2.WriteRemote(ctx, other, exp.Remote(), 0); !errors.Is(err, ErrRemoteAccess) {
+		t.Fatalf("write through another connection: %v, want ErrRemoteAccess", err)
+	}
+	unchanged("after the write through another connection")
+	// The connection it was made on may write.
+	if err := c1.WriteRemote(ctx, local2, exp.Remote(), 0); err != nil {
+		t.Fatalf("write through the export's own connection: %v", err)
+	}
+	for i, v := range target.Bytes() {
+		if v != 0x11 {
+			t.Fatalf("byte %d is 0x%x after the write, want 0x11", i, v)
+		}
+	}
+	// Closed, the export is revoked.
+	for i := range full {
+		full[i] = 0xee
+	}
+	exp.Close()
+	if err := c1.WriteRemote(ctx, local2, exp.Remote(), 0); !errors.Is(err, ErrRemoteAccess) {
+		t.Fatalf("write after Export.Close: %v, want ErrRemoteAccess", err)
+	}
+	unchanged("after Export.Close")
+}

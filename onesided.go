@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,8 +26,9 @@ import (
 // operations check the range against the descriptor first, so only a forged
 // descriptor reaches the NIC.
 //
-// Connections on one device share a protection domain, so an rkey is valid
-// on all of them: treat descriptors as secrets shared with one peer.
+// An export's key is a memory window bound to its connection's QP (on
+// devices with type 2 windows): another connection's peer that learns it
+// still cannot use it.
 
 // asyncRoomLocked reports whether one more asynchronous operation's
 // completion is sure to fit Completions(). Only the poller sends on it
@@ -53,15 +55,23 @@ type Export struct {
 	c      *Conn
 	buf    buffer.Buf
 	mr     *verbs.MR
+	mw     *verbs.MW // nil on a device without type 2 memory windows
 	remote RemoteBuf
 	once   sync.Once
 	err    error
 }
 
 // Export makes b (a Buf from Alloc) accessible to the peer with the given
-// rights until the Export is closed or the connection ends. It registers b
-// once (the pool's registration is local-only); the Export holds a
-// reference to b.
+// rights until the Export is closed or the connection ends. The Export
+// holds a reference to b.
+//
+// On a device with type 2 memory windows (Soft-RoCE, mlx4, mlx5, most RoCE
+// NICs) the peer's key is a window bound to this connection's queue pair
+// over a registration of exactly b's bytes, with exactly the rights asked
+// for: it works on this connection only, for b's bytes only, and Close
+// (or the end of the connection) revokes it. Without windows the key is a
+// registration's, valid on every connection of the device: treat its
+// descriptor as a secret shared with one peer.
 func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	if access&^(RemoteWrite|RemoteRead) != 0 || access == 0 {
 		return nil, c.opError("export", fmt.Errorf("invalid access %d", access))
@@ -69,19 +79,18 @@ func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	if err := b.Retain(); err != nil {
 		return nil, c.opError("export", err)
 	}
-	flags := verbs.AccessLocalWrite
+	var rights verbs.AccessFlags
 	if access&RemoteWrite != 0 {
-		flags |= verbs.AccessRemoteWrite
+		rights |= verbs.AccessRemoteWrite
 	}
 	if access&RemoteRead != 0 {
-		flags |= verbs.AccessRemoteRead
+		rights |= verbs.AccessRemoteRead
 	}
-	mr, err := c.dev.pd.RegMR(b.Bytes(), flags)
-	if err != nil {
-		b.Release()
+	e := &Export{c: c, buf: b}
+	if err := e.open(rights); err != nil {
+		e.close()
 		return nil, c.opError("export", err)
 	}
-	e := &Export{c: c, buf: b, mr: mr, remote: RemoteBuf{Addr: mr.Addr(), Len: uint32(b.Len()), RKey: mr.RKey}}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -91,6 +100,70 @@ func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	c.exports[e] = struct{}{}
 	c.mu.Unlock()
 	return e, nil
+}
+
+// open registers the export's bytes and grants the rights: through a
+// window bound on this connection's QP, or (without windows) on the MR.
+func (e *Export) open(rights verbs.AccessFlags) error {
+	c, b := e.c, e.buf
+	var err error
+	if !c.dev.windows {
+		if e.mr, err = c.dev.pd.RegMR(b.Bytes(), verbs.AccessLocalWrite|rights); err != nil {
+			return err
+		}
+		e.remote = RemoteBuf{Addr: e.mr.Addr(), Len: uint32(b.Len()), RKey: e.mr.RKey}
+		return nil
+	}
+	// A registration of exactly these bytes (with no remote rights of its
+	// own): some providers (Soft-RoCE) bound a window's accesses by its
+	// MR rather than the window, so the MR must not reach further.
+	if e.mr, err = c.dev.pd.RegMR(b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+		return err
+	}
+	if e.mw, err = c.dev.pd.AllocMW(); err != nil {
+		return err
+	}
+	rkey, err := c.bindWindow(e.mw, e.mr, b, rights)
+	if err != nil {
+		return err
+	}
+	e.remote = RemoteBuf{Addr: e.mr.Addr(), Len: uint32(b.Len()), RKey: rkey}
+	return nil
+}
+
+// bindWindow binds mw over b (registered as mr) with rights, through this
+// connection's send queue, and waits for the bind to complete: from then
+// on the window's key works for this connection's peer alone.
+func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs.AccessFlags) (uint32, error) {
+	var w poller.Waiter
+	defer w.End()
+	ctx := context.Background()
+	c.mu.Lock()
+	idx, err := c.takeOpSlotLocked(ctx, &w, false, false)
+	if err != nil {
+		c.mu.Unlock()
+		return 0, err
+	}
+	s := &c.ops[idx]
+	b.Retain()
+	s.async, s.local = false, b
+	var bind verbs.SendWR
+	c.sqPushLocked(&bind, wrOneSided, idx, true)
+	rkey, err := c.ep.qp.PostBindMW(bind.WRID, mw, mr, b.Addr(), uint64(b.Len()), rights)
+	if err != nil {
+		c.sqPopLocked(1)
+		c.failLocked(err)
+		ref := c.giveBackOpSlotLocked(idx)
+		c.mu.Unlock()
+		ref.Release()
+		return 0, err
+	}
+	c.mu.Unlock()
+	w.End()
+	if err := c.awaitOp(ctx, &w, s); err != nil {
+		return 0, fmt.Errorf("binding a memory window for the export: %w", err)
+	}
+	return rkey, nil
 }
 
 // Remote is the descriptor to hand to the peer.
@@ -104,10 +177,19 @@ func (e *Export) Close() error {
 	return e.close()
 }
 
+// close revokes the window (deallocating a bound type 2 window ends every
+// access through it), then deregisters the bytes and drops the reference.
 func (e *Export) close() error {
 	e.once.Do(func() {
-		e.err = e.mr.Close()
+		var errs []error
+		if e.mw != nil {
+			errs = append(errs, e.mw.Close())
+		}
+		if e.mr != nil {
+			errs = append(errs, e.mr.Close())
+		}
 		e.buf.Release()
+		e.err = errors.Join(errs...)
 	})
 	return e.err
 }
@@ -218,42 +300,23 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	if offset+n > uint64(remote.Len) || offset+n < offset {
 		return c.opError(op, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte export", ErrRemoteAccess, n, offset, remote.Len))
 	}
-	c.mu.Lock()
 	needCredit := opcode == verbs.OpRDMAWriteWithImm
 	var w poller.Waiter
 	defer w.End()
-	for {
-		if err := c.writeErrLocked(); err != nil && !(async && err == os.ErrDeadlineExceeded) {
-			c.mu.Unlock()
-			return c.opError(op, err)
-		}
-		if async && !c.asyncRoomLocked() {
-			c.mu.Unlock()
-			return c.opError(op, ErrCompletionsFull)
-		}
-		if len(c.opFree) > 0 && (!needCredit || c.credits >= 2) {
-			break
-		}
-		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
-			c.mu.Unlock()
-			return c.opError(op, err)
-		}
+	c.mu.Lock()
+	idx, err := c.takeOpSlotLocked(ctx, &w, async, needCredit)
+	if err != nil {
+		c.mu.Unlock()
+		return c.opError(op, err)
 	}
-	idx := c.opFree[len(c.opFree)-1]
-	c.opFree = c.opFree[:len(c.opFree)-1]
 	s := &c.ops[idx]
-	select {
-	case <-s.done: // a result nobody waited for (the waiter's ctx ended)
-	default:
-	}
 	local.Retain()
 	s.async, s.id, s.local = async, id, local
 	if err := c.postLocked(verbs.SendWR{Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
 		Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, wrOneSided, idx, true); err != nil {
-		s.local = buffer.Buf{}
-		c.opFree = append(c.opFree, idx)
+		b := c.giveBackOpSlotLocked(idx)
 		c.mu.Unlock()
-		local.Release()
+		b.Release()
 		return c.opError(op, err)
 	}
 	if needCredit {
@@ -267,6 +330,54 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 		return nil
 	}
 	w.End() // the wait for a slot is over; the wait for the completion starts afresh
+	if err := c.awaitOp(ctx, &w, s); err != nil {
+		return c.opError(op, err)
+	}
+	return nil
+}
+
+// takeOpSlotLocked waits (driving the CQ, bounded by ctx, the write
+// deadline for blocking calls, and Close) for a free operation slot, and a
+// credit to spare when needCredit, and takes the slot. Called with c.mu
+// held; returns with it held.
+func (c *Conn) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, needCredit bool) (int, error) {
+	for {
+		if err := c.writeErrLocked(); err != nil && !(async && err == os.ErrDeadlineExceeded) {
+			return 0, err
+		}
+		if async && !c.asyncRoomLocked() {
+			return 0, ErrCompletionsFull
+		}
+		if len(c.opFree) > 0 && (!needCredit || c.credits >= 2) && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2 {
+			break
+		}
+		if err := c.waitLocked(ctx, &c.wrDeadline, w); err != nil {
+			return 0, err
+		}
+	}
+	idx := c.opFree[len(c.opFree)-1]
+	c.opFree = c.opFree[:len(c.opFree)-1]
+	select {
+	case <-c.ops[idx].done: // a result nobody waited for (the waiter's ctx ended)
+	default:
+	}
+	return idx, nil
+}
+
+// giveBackOpSlotLocked undoes a slot whose post failed: the slot is free
+// again; the caller releases the returned reference after c.mu.
+func (c *Conn) giveBackOpSlotLocked(idx int) buffer.Buf {
+	s := &c.ops[idx]
+	b := s.local
+	s.local = buffer.Buf{}
+	c.opFree = append(c.opFree, idx)
+	return b
+}
+
+// awaitOp waits for the completion of the blocking operation in slot s,
+// driving the CQ meanwhile. If ctx ends first the operation still
+// completes; its slot is reclaimed then.
+func (c *Conn) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) error {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
@@ -274,32 +385,26 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	for {
 		select {
 		case err := <-s.done:
-			if err != nil {
-				return c.opError(op, err)
-			}
-			return nil
+			return err
 		default:
 		}
 		if done != nil && ctx.Err() != nil {
-			return c.opError(op, ctx.Err()) // the operation itself still completes
+			return ctx.Err()
 		}
 		if c.isClosed() {
-			return c.opError(op, net.ErrClosed)
+			return net.ErrClosed
 		}
-		if !c.spinWait(&w, &c.wrSpin) {
+		if !c.spinWait(w, &c.wrSpin) {
 			break
 		}
 	}
 	select {
 	case err := <-s.done:
-		if err != nil {
-			return c.opError(op, err)
-		}
-		return nil
+		return err
 	case <-done:
-		return c.opError(op, ctx.Err()) // the operation itself still completes
+		return ctx.Err()
 	case <-c.closing:
-		return c.opError(op, net.ErrClosed)
+		return net.ErrClosed
 	}
 }
 
