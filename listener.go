@@ -18,9 +18,14 @@ type Listener struct {
 	id      *rdmacm.ID
 	addr    *Addr
 	acceptq chan *Conn
+	admit   func(netip.AddrPort) error
 
-	mu       sync.Mutex
-	closed   bool
+	mu     sync.Mutex
+	closed bool
+	// halfOpen are the handshakes in progress, oldest first: they count
+	// against the backlog, and the oldest is dropped when it is full.
+	halfOpen []*handshakeRun
+	dropped  uint64 // handshakes dropped to make room
 	closing  chan struct{}
 	pending  sync.WaitGroup // handshakes in progress
 	loopDone chan struct{}
@@ -28,7 +33,12 @@ type Listener struct {
 	once     sync.Once
 }
 
-func listen(cfg *Config, ap netip.AddrPort) (_ *Listener, err error) {
+// handshakeRun is one handshake in progress.
+type handshakeRun struct {
+	cancel context.CancelFunc
+}
+
+func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_ *Listener, err error) {
 	ch, id, err := newChannelID()
 	if err != nil {
 		return nil, err
@@ -48,6 +58,7 @@ func listen(cfg *Config, ap netip.AddrPort) (_ *Listener, err error) {
 		cfg: *cfg, ch: ch, id: id,
 		addr:     &Addr{id.LocalAddr()},
 		acceptq:  make(chan *Conn, cfg.Backlog),
+		admit:    admit,
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
@@ -63,37 +74,80 @@ func (l *Listener) loop() {
 		if ev.Type != rdmacm.EventConnectRequest {
 			continue
 		}
+		if l.admit != nil {
+			if err := l.admit(ev.ID.PeerAddr()); err != nil {
+				reject(ev.ID, wire.RejectPolicy, err.Error())
+				continue
+			}
+		}
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
 			reject(ev.ID, wire.RejectShutdown, "listener is closing")
 			continue
 		}
-		if len(l.acceptq) == cap(l.acceptq) {
+		if len(l.acceptq) >= cap(l.acceptq) {
 			l.mu.Unlock()
 			reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
 			continue
 		}
+		if len(l.acceptq)+len(l.halfOpen) >= cap(l.acceptq) && len(l.halfOpen) > 0 {
+			// Drop the oldest handshake in progress: its dialer has had the
+			// longest to finish, and a flood of dialers that never finish
+			// must not lock out one that does.
+			l.halfOpen[0].cancel()
+			l.halfOpen = l.halfOpen[1:]
+			l.dropped++
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.HandshakeTimeout)
+		run := &handshakeRun{cancel: cancel}
+		l.halfOpen = append(l.halfOpen, run)
 		l.pending.Add(1)
 		l.mu.Unlock()
-		go l.handshake(ev)
+		go l.handshake(ctx, run, ev)
 	}
 }
 
-func (l *Listener) handshake(ev rdmacm.Event) {
+// finished takes run off the handshakes in progress (if it is still there)
+// and, if it produced a connection, queues it for Accept when there is
+// room, reporting whether it did.
+func (l *Listener) finished(run *handshakeRun, c *Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, r := range l.halfOpen {
+		if r == run {
+			l.halfOpen = append(l.halfOpen[:i:i], l.halfOpen[i+1:]...)
+			break
+		}
+	}
+	if c == nil {
+		return false
+	}
+	select {
+	case l.acceptq <- c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *Listener) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.Event) {
 	defer l.pending.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ConnectTimeout)
-	defer cancel()
+	defer run.cancel()
 	go func() {
 		select {
 		case <-l.closing:
-			cancel()
+			run.cancel()
 		case <-ctx.Done():
 		}
 	}()
 	c, err := acceptConn(ctx, &l.cfg, ev)
-	if err != nil {
-		return // the dialer got our reject or its own timeout
+	// Off the half-open list and into Accept's queue in one step under
+	// l.mu, as the loop counts both: the queue has room (the loop keeps
+	// queued + half-open within its capacity).
+	queued := l.finished(run, c)
+	if err != nil || queued {
+		return // on error, the dialer got our reject or its own timeout
 	}
 	select {
 	case l.acceptq <- c:

@@ -99,9 +99,17 @@ type Config struct {
 	// PoolMaxBytes caps the registered buffer pool of each device (send and
 	// receive rings and Alloc'd messages). 0 means 1 GiB.
 	PoolMaxBytes int64
-	// Backlog is the listener's backlog of connections not yet accepted.
-	// 0 means 128.
+	// Backlog bounds the listener's connections not yet accepted: those
+	// waiting in Accept's queue and those still in their handshake. A
+	// connect request beyond it drops the oldest handshake still in
+	// progress (so a flood of dialers that never finish cannot lock out a
+	// well-behaved one); with Accept's queue itself full, the dialer is
+	// refused as overloaded. 0 means 128.
 	Backlog int
+	// HandshakeTimeout bounds how long a listener waits for a dialer to
+	// finish its handshake (from the connect request to established).
+	// 0 means 5 s.
+	HandshakeTimeout time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -129,6 +137,9 @@ func (c *Config) withDefaults() Config {
 	def(&out.Backlog, 128, 1)
 	if out.ConnectTimeout == 0 {
 		out.ConnectTimeout = 15 * time.Second
+	}
+	if out.HandshakeTimeout == 0 {
+		out.HandshakeTimeout = 5 * time.Second
 	}
 	if out.CloseTimeout == 0 {
 		out.CloseTimeout = 5 * time.Second
@@ -320,6 +331,12 @@ func dialAddr(address string) net.Addr {
 type ListenConfig struct {
 	// Config tunes accepted connections (and the listener's backlog).
 	Config Config
+	// Admit, if set, decides on each connect request before anything is
+	// committed to it (no buffer, QP or CQ entry): it gets the dialer's
+	// address, and a non-nil error refuses the dialer, who sees the error's
+	// text as the reason. It runs on the listener's event loop: keep it
+	// fast (a lookup, not a network call).
+	Admit func(remote netip.AddrPort) error
 }
 
 // Listen listens on address; ctx bounds only the set-up.
@@ -335,7 +352,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err != nil {
 		return nil, opErr(err)
 	}
-	l, err := listen(&cfg, ap)
+	l, err := listen(&cfg, ap, lc.Admit)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: &Addr{ap}, Err: err}
 	}

@@ -281,6 +281,7 @@ const (
 	RejectOverloaded RejectCode = 3 // too many connections or pending accepts
 	RejectShutdown   RejectCode = 4 // the listener is closing
 	RejectResources  RejectCode = 5 // could not allocate QP, CQ or buffers
+	RejectPolicy     RejectCode = 6 // the listener's admission hook refused the dialer
 )
 
 func (c RejectCode) String() string {
@@ -295,6 +296,8 @@ func (c RejectCode) String() string {
 		return "shutdown"
 	case RejectResources:
 		return "resources"
+	case RejectPolicy:
+		return "policy"
 	}
 	return fmt.Sprintf("RejectCode(%d)", uint8(c))
 }

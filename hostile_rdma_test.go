@@ -1,0 +1,216 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/wire"
+)
+
+// halfOpen is a raw dialer that sends a valid connect request and then
+// never finishes the handshake (no QP behind it, no RTU): what a SYN flood
+// is to TCP.
+type halfOpen struct {
+	ch *rdmacm.Channel
+	id *rdmacm.ID
+}
+
+var fakeQPN uint32 = 0x4000
+
+// openHalf sends the connect request. Each gets its own (made-up) QP
+// number: the CM refuses a request naming a QP it already has a
+// connection for as stale.
+func openHalf(t *testing.T, addr string) *halfOpen {
+	t.Helper()
+	ch, err := rdmacm.NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := ch.CreateID()
+	if err != nil {
+		ch.Close()
+		t.Fatal(err)
+	}
+	h := &halfOpen{ch, id}
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(5*time.Second))
+	defer cancel()
+	step := func(err error, want rdmacm.EventType) {
+		t.Helper()
+		if err == nil {
+			_, err = expect(ctx, ch, want, "")
+		}
+		if err != nil {
+			h.close()
+			t.Fatal(err)
+		}
+	}
+	step(id.ResolveAddr(netip.AddrPort{}, netip.MustParseAddrPort(addr), 2000), rdmacm.EventAddrResolved)
+	step(id.ResolveRoute(2000), rdmacm.EventRouteResolved)
+	fakeQPN++
+	hello := wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 64, RecvBufSize: 32 << 10, MaxMsgSize: 32 << 10}
+	if err := id.Connect(rdmacm.ConnParam{PrivateData: hello.AppendTo(nil), RetryCount: 7, RNRRetryCount: 6,
+		QPNum: fakeQPN}); err != nil {
+		h.close()
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *halfOpen) close() {
+	h.id.Destroy()
+	h.ch.Close()
+}
+
+// TestHalfOpenFlood: Backlog + 20 dialers that never finish their
+// handshake do not lock out a well-behaved one: the oldest half-open
+// handshakes are dropped to make room, the listener's resources stay
+// bounded by the backlog, and a normal Dial made during the flood
+// succeeds; the listener keeps serving afterwards.
+func TestHalfOpenFlood(t *testing.T) {
+	const backlog = 8
+	cfg := &Config{Backlog: backlog, HandshakeTimeout: rdmatest.Scale(2 * time.Second)}
+	c, s, ln := connPair(t, cfg) // the device stays set up through the flood
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	addr := ln.Addr().String()
+	var flood []*halfOpen
+	defer func() {
+		for _, h := range flood {
+			h.close()
+		}
+	}()
+	for i := 0; i < backlog+20; i++ {
+		flood = append(flood, openHalf(t, addr))
+	}
+	ln.mu.Lock()
+	inProgress, dropped := len(ln.halfOpen), ln.dropped
+	ln.mu.Unlock()
+	t.Logf("after %d half-open dialers: %d handshakes in progress, %d dropped", len(flood), inProgress, dropped)
+	if inProgress > backlog {
+		t.Fatalf("%d handshakes in progress, backlog %d", inProgress, backlog)
+	}
+	// A well-behaved dialer gets through during the flood.
+	d := Dialer{Config: *cfg, Timeout: rdmatest.Scale(10 * time.Second)}
+	accepted := make(chan error, 1)
+	go func() {
+		a, err := ln.AcceptRDMA()
+		if err == nil {
+			a.Close()
+		}
+		accepted <- err
+	}()
+	start := time.Now()
+	nc, err := d.DialContext(context.Background(), "rdma", addr)
+	if err != nil {
+		t.Fatalf("dial during the flood: %v", err)
+	}
+	t.Logf("dial during the flood took %v", time.Since(start))
+	nc.Close()
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	// More half-opens keep dropping the oldest, never more than the backlog.
+	for i := 0; i < 10; i++ {
+		flood = append(flood, openHalf(t, addr))
+	}
+	ln.mu.Lock()
+	inProgress, dropped = len(ln.halfOpen), ln.dropped
+	ln.mu.Unlock()
+	if inProgress > backlog || dropped == 0 {
+		t.Fatalf("%d in progress (backlog %d), %d dropped", inProgress, backlog, dropped)
+	}
+	// Once the flood is gone, every half-open handshake ends by the
+	// handshake timeout at the latest.
+	for _, h := range flood {
+		h.close()
+	}
+	flood = nil
+	deadline := time.Now().Add(cfg.HandshakeTimeout + rdmatest.Scale(3*time.Second))
+	for {
+		ln.mu.Lock()
+		inProgress = len(ln.halfOpen)
+		ln.mu.Unlock()
+		if inProgress == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handshakes still in progress after the handshake timeout", inProgress)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAdmitHook: a ListenConfig.Admit that refuses is answered before
+// anything is committed to the dialer (no QP is created for it), and the
+// dialer reads the hook's reason; one that admits lets it in.
+func TestAdmitHook(t *testing.T) {
+	env := rdmatest.Require(t)
+	checkLeaksAtEnd(t)
+	calls := 0
+	var refuse bool
+	lc := ListenConfig{Admit: func(remote netip.AddrPort) error {
+		calls++
+		if refuse {
+			return fmt.Errorf("%s is not on the allow list", remote.Addr())
+		}
+		return nil
+	}}
+	// Keep the device set up (and its QP count steady) with one connection.
+	ln, err := lc.Listen(context.Background(), "rdma", env.Addr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *Conn, 4)
+	go func() {
+		for {
+			a, err := ln.AcceptRDMA()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- a
+		}
+	}()
+	d := Dialer{Timeout: rdmatest.Scale(10 * time.Second)}
+	keep, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	srv := <-accepted
+	defer srv.Close()
+	qps := rdmatest.Resources(t)["qp"]
+
+	refuse = true
+	for i := 0; i < 20; i++ {
+		_, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+		if err == nil || !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), "not on the allow list") {
+			t.Fatalf("refused dial: %v, want ErrHandshake with the hook's reason", err)
+		}
+		if i == 0 {
+			t.Logf("refused: %v", err)
+		}
+	}
+	if got := rdmatest.Resources(t)["qp"]; got != qps {
+		t.Fatalf("QPs %d after 20 refused dials, %d before", got, qps)
+	}
+	refuse = false
+	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	(<-accepted).Close()
+	if calls != 22 {
+		t.Fatalf("Admit called %d times, want 22", calls)
+	}
+}
