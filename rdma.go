@@ -32,8 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/verbline/rdma/internal/poller"
 )
 
 // Config tunes connections. The zero value is ready to use; every field's
@@ -150,17 +148,6 @@ const (
 	PollBusy
 	PollEvent
 )
-
-func (c *Config) pollerConfig() poller.Config {
-	mode := poller.Adaptive
-	switch c.PollMode {
-	case PollBusy:
-		mode = poller.Busy
-	case PollEvent:
-		mode = poller.Event
-	}
-	return poller.Config{Pollers: c.Pollers, CPUs: c.PollCPUs, Mode: mode, Spin: c.PollSpin, NoPin: c.PollNoPin}
-}
 
 // Addr is the address of an RDMA endpoint: an IP of an RDMA-capable netdev
 // and an rdma_cm port.
