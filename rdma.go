@@ -21,6 +21,11 @@
 // Every error a Conn returns is a *net.OpError with Net "rdma"; a deadline
 // error has Timeout() true and unwraps to os.ErrDeadlineExceeded; after Close,
 // errors wrap net.ErrClosed; the end of a stream is io.EOF.
+//
+// RDMA needs Linux, cgo and rdma-core (libibverbs and librdmacm). Built
+// without cgo (CGO_ENABLED=0) or for another system, the package still
+// compiles with the same API, so programs that import it build and test
+// anywhere; Dial and Listen then fail with an error wrapping ErrNoDevice.
 package rdma
 
 import (
