@@ -5,8 +5,10 @@
 #
 # Steps of make test that need no RDMA device and no Soft-RoCE set-up (only a C
 # compiler and the rdma-core headers, for the cgo packages):
-#   make vet    go vet, gofmt, staticcheck (pinned in go.mod), go mod tidy -diff
-#   make unit   host unit tests with -race (tests that need RDMA skip on the host)
+#   make vet    go vet, gofmt, staticcheck (pinned in go.mod), go mod tidy -diff;
+#               builds without cgo and for darwin and windows, and their exported API
+#   make unit   host unit tests with -race (tests that need RDMA skip on the host),
+#               then again without cgo
 #   make fuzz   each fuzz target for FUZZTIME inputs
 
 SHELL := /bin/bash
@@ -35,9 +37,22 @@ setup:
 build-deps:
 	@CC="$$($(GO) env CC)" scripts/softroce build-deps
 
+# Systems the module must build for without cgo (no RDMA there): importing the
+# package must never break a build. unsupported.go stands in for the RDMA
+# implementation (files tagged linux && cgo) with the same exported API.
+NOCGO_GOOS := linux darwin windows
+
 # Static checks; each fails the target with what to run to fix it.
 vet: build-deps
 	$(GO) vet ./...
+	@# Builds without RDMA: CGO_ENABLED=0 on Linux, and darwin and windows.
+	@set -e; for os in $(NOCGO_GOOS); do \
+	  echo "GOOS=$$os CGO_ENABLED=0 $(GO) build ./... && $(GO) vet ./..."; \
+	  GOOS=$$os CGO_ENABLED=0 $(GO) build ./... || { echo "FAIL: the module does not build for GOOS=$$os without cgo"; exit 1; }; \
+	  GOOS=$$os CGO_ENABLED=0 $(GO) vet ./...; \
+	done
+	@# The public packages' exported API is the same in all of those builds.
+	$(GO) run ./internal/apicheck -go $(GO)
 	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); \
 	if [ -n "$$unformatted" ]; then echo "FAIL: not gofmt'ed (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(GO) tool staticcheck ./...
@@ -45,6 +60,9 @@ vet: build-deps
 
 unit: build-deps
 	$(GO) test -race -count=1 ./...
+	@# The build without cgo runs its own tests (unsupported_test.go: Dial and
+	@# Listen fail with ErrNoDevice) and the shared ones; -race needs cgo.
+	CGO_ENABLED=0 $(GO) test -count=1 ./...
 
 fuzz: build-deps
 	@set -e; for pkg in $$($(GO) list ./...); do \

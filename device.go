@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package rdma
 
 import (
@@ -27,6 +29,18 @@ type device struct {
 	// than the peer's receive buffers can be lent to the peer for one RDMA
 	// READ (rendezvous.go) without registering memory on the data path.
 	windows bool
+}
+
+// pollerConfig is the device pollers' share of the Config.
+func (c *Config) pollerConfig() poller.Config {
+	mode := poller.Adaptive
+	switch c.PollMode {
+	case PollBusy:
+		mode = poller.Busy
+	case PollEvent:
+		mode = poller.Event
+	}
+	return poller.Config{Pollers: c.Pollers, CPUs: c.PollCPUs, Mode: mode, Spin: c.PollSpin, NoPin: c.PollNoPin}
 }
 
 // trackAllocations makes device pools record where each buffer was

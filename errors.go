@@ -8,7 +8,8 @@ import "errors"
 
 // Errors callers can test with errors.Is.
 var (
-	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded).
+	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded),
+	// or the program was built without RDMA (without cgo, or not for Linux).
 	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
 		"(modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
 	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.

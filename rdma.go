@@ -21,6 +21,11 @@
 // Every error a Conn returns is a *net.OpError with Net "rdma"; a deadline
 // error has Timeout() true and unwraps to os.ErrDeadlineExceeded; after Close,
 // errors wrap net.ErrClosed; the end of a stream is io.EOF.
+//
+// RDMA needs Linux, cgo and rdma-core (libibverbs and librdmacm). Built
+// without cgo (CGO_ENABLED=0) or for another system, the package still
+// compiles with the same API, so programs that import it build and test
+// anywhere; Dial and Listen then fail with an error wrapping ErrNoDevice.
 package rdma
 
 import (
@@ -32,8 +37,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/verbline/rdma/internal/poller"
 )
 
 // Config tunes connections. The zero value is ready to use; every field's
@@ -161,17 +164,6 @@ const (
 	PollBusy
 	PollEvent
 )
-
-func (c *Config) pollerConfig() poller.Config {
-	mode := poller.Adaptive
-	switch c.PollMode {
-	case PollBusy:
-		mode = poller.Busy
-	case PollEvent:
-		mode = poller.Event
-	}
-	return poller.Config{Pollers: c.Pollers, CPUs: c.PollCPUs, Mode: mode, Spin: c.PollSpin, NoPin: c.PollNoPin}
-}
 
 // Addr is the address of an RDMA endpoint: an IP of an RDMA-capable netdev
 // and an rdma_cm port.

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package rdma
 
 // ConnStats counts the work behind a connection, to check batching and who

@@ -9,6 +9,12 @@
 // take no lock and allocate nothing once the pool has warmed up; only a Get
 // that needs a new arena takes the pool's mutex.
 //
+// The package builds on every system Go supports, so code that holds Bufs
+// compiles, and its tests run, on a laptop too. Only Linux has huge pages
+// here (PagesHugeTLB2M, PagesTHP); other Unix systems map ordinary pages, and
+// systems without mmap (Windows) take arenas from the Go heap, which the
+// collector does not move. RDMA itself (the package rdma) needs Linux.
+//
 // # How long a Buf's bytes stay valid
 //
 // A Buf is a small value handle. Its bytes (Bytes, Full) belong to the

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 // Package poller runs the completion pollers: a few goroutines, each locked to
 // an OS thread pinned to its own core, each owning one completion queue that
 // many connections share. A poller polls in batches, hands each run of

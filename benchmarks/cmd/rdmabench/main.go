@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command rdmabench measures this library side by side with perftest and with
 // TCP on loopback, in one run, on one RDMA device and address:
 //

@@ -1,0 +1,229 @@
+//go:build !linux || !cgo
+
+package rdma
+
+// This file stands in for the RDMA implementation where there is none: a
+// build without cgo (CGO_ENABLED=0) or for a system other than Linux. It
+// declares the exported API of the Linux build (apicheck, run by make vet,
+// compares the two), so code that imports the package builds, and its host
+// tests run, anywhere. Dial, Listen, Dialer.DialContext and
+// ListenConfig.Listen check the network and resolve the address as on
+// Linux, then fail with a *net.OpError wrapping ErrNoDevice that says what
+// RDMA needs. No *Conn, *Listener or *Export can be obtained here; the
+// methods of their zero values report the same error.
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/wire"
+)
+
+// noRDMAError is the error of every operation in a build without RDMA. It
+// wraps ErrNoDevice, whose own text (which driver or Soft-RoCE to add) would
+// mislead here: the machine may have a device, the binary cannot use it.
+type noRDMAError struct{}
+
+func (noRDMAError) Error() string {
+	build := "CGO_ENABLED=0"
+	if runtime.GOOS != "linux" {
+		build = "GOOS=" + runtime.GOOS
+	}
+	return "no RDMA support in this build (" + build + "): RDMA needs cgo and rdma-core on Linux " +
+		"(build on Linux with CGO_ENABLED=1 and the rdma-core headers installed: libibverbs-dev and librdmacm-dev, " +
+		"or rdma-core-devel)"
+}
+
+func (noRDMAError) Unwrap() error { return ErrNoDevice }
+
+var errNoRDMA error = noRDMAError{}
+
+// dialConn and listen are where the Linux build starts using rdma_cm.
+func dialConn(context.Context, *Config, netip.AddrPort, netip.AddrPort) (*Conn, error) {
+	return nil, errNoRDMA
+}
+
+func listen(*Config, netip.AddrPort, func(netip.AddrPort) error) (*Listener, error) { return nil, errNoRDMA }
+
+func opError(op string) error { return &net.OpError{Op: op, Net: "rdma", Err: errNoRDMA} }
+
+// Conn is an RDMA reliable connection with the semantics of a TCP stream; in
+// this build none can be made (see Dial).
+type Conn struct{}
+
+var (
+	_ net.Conn     = (*Conn)(nil)
+	_ net.Listener = (*Listener)(nil)
+)
+
+// Read fails: there is no RDMA in this build.
+func (c *Conn) Read(b []byte) (int, error) { return 0, opError("read") }
+
+// Write fails: there is no RDMA in this build.
+func (c *Conn) Write(b []byte) (int, error) { return 0, opError("write") }
+
+// Close does nothing: no connection can be open in this build.
+func (c *Conn) Close() error { return nil }
+
+// CloseWrite fails: there is no RDMA in this build.
+func (c *Conn) CloseWrite() error { return opError("close") }
+
+// LocalAddr returns nil.
+func (c *Conn) LocalAddr() net.Addr { return nil }
+
+// RemoteAddr returns nil.
+func (c *Conn) RemoteAddr() net.Addr { return nil }
+
+// SetDeadline fails: there is no RDMA in this build.
+func (c *Conn) SetDeadline(t time.Time) error { return opError("set") }
+
+// SetReadDeadline fails: there is no RDMA in this build.
+func (c *Conn) SetReadDeadline(t time.Time) error { return opError("set") }
+
+// SetWriteDeadline fails: there is no RDMA in this build.
+func (c *Conn) SetWriteDeadline(t time.Time) error { return opError("set") }
+
+// MaxMessageSize returns 0.
+func (c *Conn) MaxMessageSize() int { return 0 }
+
+// Alloc fails: there is no RDMA in this build.
+func (c *Conn) Alloc(n int) (buffer.Buf, error) { return buffer.Buf{}, opError("alloc") }
+
+// Send fails: there is no RDMA in this build.
+func (c *Conn) Send(ctx context.Context, b buffer.Buf) error { return opError("send") }
+
+// PostSend fails: there is no RDMA in this build.
+func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	return opError("send")
+}
+
+// Messages returns a closed channel.
+func (c *Conn) Messages() <-chan buffer.Buf { return closedMessages }
+
+// Recv fails: there is no RDMA in this build.
+func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) { return buffer.Buf{}, opError("recv") }
+
+// Export fails: there is no RDMA in this build.
+func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
+	return nil, opError("export")
+}
+
+// Notifications returns a closed channel.
+func (c *Conn) Notifications() <-chan Notification { return closedNotifications }
+
+// RecvNotification fails: there is no RDMA in this build.
+func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
+	return Notification{}, opError("recv")
+}
+
+// Completions returns a closed channel.
+func (c *Conn) Completions() <-chan OpCompletion { return closedCompletions }
+
+// WriteRemote fails: there is no RDMA in this build.
+func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	return opError("write remote")
+}
+
+// WriteRemoteImm fails: there is no RDMA in this build.
+func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32) error {
+	return opError("write remote")
+}
+
+// ReadRemote fails: there is no RDMA in this build.
+func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	return opError("read remote")
+}
+
+// PostWriteRemote fails: there is no RDMA in this build.
+func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	return opError("write remote")
+}
+
+// PostReadRemote fails: there is no RDMA in this build.
+func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	return opError("read remote")
+}
+
+// Stats returns zero counters.
+func (c *Conn) Stats() ConnStats { return ConnStats{} }
+
+var (
+	closedMessages      = closedChan[buffer.Buf]()
+	closedNotifications = closedChan[Notification]()
+	closedCompletions   = closedChan[OpCompletion]()
+)
+
+func closedChan[T any]() chan T {
+	ch := make(chan T)
+	close(ch)
+	return ch
+}
+
+// Listener accepts RDMA connections; in this build none can be made (see
+// Listen).
+type Listener struct{}
+
+// Accept fails: there is no RDMA in this build.
+func (l *Listener) Accept() (net.Conn, error) { return nil, opError("accept") }
+
+// AcceptRDMA fails: there is no RDMA in this build.
+func (l *Listener) AcceptRDMA() (*Conn, error) { return nil, opError("accept") }
+
+// Addr returns nil.
+func (l *Listener) Addr() net.Addr { return nil }
+
+// Close does nothing: no listener can be open in this build.
+func (l *Listener) Close() error { return nil }
+
+// The types below are declared as in the Linux build (onesided.go, stats.go).
+
+// Access is what the peer may do to an exported buffer.
+type Access int
+
+const (
+	RemoteWrite Access = 1 << iota
+	RemoteRead
+)
+
+// RemoteBuf describes a buffer the peer exported: pass it in a message.
+type RemoteBuf = wire.Region
+
+// ParseRemoteBuf decodes a descriptor received from the peer.
+func ParseRemoteBuf(b []byte) (RemoteBuf, error) { return wire.ParseRegion(b) }
+
+// Export is a buffer the peer may access; in this build none can be made.
+type Export struct{}
+
+// Remote returns the zero descriptor.
+func (e *Export) Remote() RemoteBuf { return RemoteBuf{} }
+
+// Close does nothing.
+func (e *Export) Close() error { return nil }
+
+// OpCompletion reports the end of an asynchronous operation.
+type OpCompletion struct {
+	ID  uint64 // as given to PostSend, PostWriteRemote or PostReadRemote
+	Err error
+}
+
+// Notification is a WriteRemoteImm the peer completed into our memory.
+type Notification struct {
+	Imm uint32 // the peer's immediate value
+	Len int    // bytes the peer wrote
+}
+
+// Release does nothing: no notification arrives in this build.
+func (n Notification) Release() error { return nil }
+
+// ConnStats counts the work behind a connection (see the Linux build's
+// documentation); in this build it stays zero.
+type ConnStats struct {
+	PostCalls, WorkRequests                                   uint64
+	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
+	PollCalls, Completions, PollerSleeps, PollerWakeups       uint64
+	InlinePolls, EmptyPolls, Parks, Arms                      uint64
+}
