@@ -47,7 +47,9 @@ func dialConn(context.Context, *Config, netip.AddrPort, netip.AddrPort) (*Conn, 
 	return nil, errNoRDMA
 }
 
-func listen(*Config, netip.AddrPort, func(netip.AddrPort) error) (*Listener, error) { return nil, errNoRDMA }
+func listen(*Config, netip.AddrPort, func(netip.AddrPort) error) (*Listener, error) {
+	return nil, errNoRDMA
+}
 
 func opError(op string) error { return &net.OpError{Op: op, Net: "rdma", Err: errNoRDMA} }
 
