@@ -21,6 +21,8 @@ var documentedDefaults = Config{
 	PollMode:       PollAdaptive,
 	PollSpin:       50 * time.Microsecond,
 	Backlog:        128,
+	// HandshakeTimeout: "0 means 5 s".
+	HandshakeTimeout: 5 * time.Second,
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -42,7 +44,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 		RecvBuffers: 16, SendBuffers: 8, BufferSize: 4096, MaxMessageSize: 1 << 20,
 		ConnectTimeout: time.Second, CloseTimeout: 2 * time.Second, RetryCount: 3,
 		PollMode: PollBusy, PollSpin: time.Millisecond, Pollers: 2, PollCPUs: []int{3, 1},
-		PollNoPin: true, PoolMaxBytes: 64 << 20, Backlog: 7,
+		PollNoPin: true, PoolMaxBytes: 64 << 20, Backlog: 7, HandshakeTimeout: 3 * time.Second,
 	}
 	got := in.withDefaults()
 	if !reflect.DeepEqual(got, in) {
