@@ -50,6 +50,10 @@ type Config struct {
 	Mode    Mode          // how to wait
 	Spin    time.Duration // a waiting caller's minimum spin budget; 0 = 50 µs
 	CQSize  int           // initial entries per CQ; 0 = 4096 (grown as connections attach)
+	// MaxCQE caps a CQ's entries; 0 = the device's max_cqe. When no
+	// poller's CQ can take a new connection's entries within it, the group
+	// adds a poller (an unpinned one) with a CQ of its own.
+	MaxCQE int
 	// NoPin runs pollers as ordinary goroutines: no locked OS thread, no
 	// affinity, even when CPUs are given.
 	NoPin bool
@@ -109,6 +113,7 @@ type Poller struct {
 // Group is the set of pollers of one device context.
 type Group struct {
 	mu      sync.Mutex
+	ctx     *verbs.Context
 	cfg     Config
 	pollers []*Poller
 	claims  []*cpuClaim
@@ -126,6 +131,14 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 	if cfg.Idle == 0 {
 		cfg.Idle = time.Millisecond
 	}
+	if cfg.MaxCQE == 0 {
+		attr, err := ctx.QueryDevice()
+		if err != nil {
+			return nil, err
+		}
+		cfg.MaxCQE = attr.MaxCQE
+	}
+	cfg.CQSize = min(cfg.CQSize, cfg.MaxCQE)
 	n := cfg.Pollers
 	if n <= 0 {
 		n = 1
@@ -133,7 +146,7 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 	if limit := runtime.GOMAXPROCS(0) - 1; n > limit {
 		n = max(1, limit)
 	}
-	g := &Group{cfg: cfg}
+	g := &Group{ctx: ctx, cfg: cfg}
 	defer func() {
 		if err != nil {
 			g.Close()
@@ -188,14 +201,31 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 	if g.closed {
 		return nil, 0, errors.New("poller group closed")
 	}
+	if entries > g.cfg.MaxCQE {
+		return nil, 0, fmt.Errorf("a connection needs %d completion queue entries; the device allows %d per CQ "+
+			"(lower Config.RecvBuffers and SendBuffers)", entries, g.cfg.MaxCQE)
+	}
 	var best *Poller
 	for _, p := range g.pollers {
+		if p.reserved+entries > g.cfg.MaxCQE {
+			continue // full: its CQ cannot grow that far
+		}
 		if best == nil || p.handlers.count < best.handlers.count {
 			best = p
 		}
 	}
+	if best == nil {
+		// Every CQ is at the device's limit: add a poller with a CQ of its
+		// own (not pinned: the cores were claimed for the first ones).
+		p, err := newPoller(g, g.ctx, -1)
+		if err != nil {
+			return nil, 0, fmt.Errorf("adding a completion queue for a new connection: %w", err)
+		}
+		g.pollers = append(g.pollers, p)
+		best = p
+	}
 	if need := best.reserved + entries; need > best.cq.Size {
-		if err := best.cq.Resize(max(need, 2*best.cq.Size)); err != nil {
+		if err := best.cq.Resize(min(max(need, 2*best.cq.Size), g.cfg.MaxCQE)); err != nil {
 			return nil, 0, fmt.Errorf("growing the shared CQ for a new connection: %w", err)
 		}
 	}

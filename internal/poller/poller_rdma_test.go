@@ -104,3 +104,45 @@ func TestAdaptiveIdleSleeps(t *testing.T) {
 	}
 	t.Logf("idle second: %v CPU, %d polls", used, st.Polls-polls)
 }
+
+// TestCQsWithinMaxCQE: connections are attached to CQs within the
+// device's (here: a configured) limit of entries per CQ; when every CQ is
+// full a poller with a CQ of its own is added, and a connection that could
+// never fit is refused with a clear error.
+func TestCQsWithinMaxCQE(t *testing.T) {
+	ctx := openDevice(t)
+	attr, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("device max_cqe %d", attr.MaxCQE)
+	g, err := NewGroup(ctx, Config{Mode: Event, CQSize: 64, MaxCQE: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	nop := Handler(func([]verbs.WC) {})
+	var got []*Poller
+	for i := 0; i < 4; i++ {
+		p, _, err := g.Attach(nop, 100)
+		if err != nil {
+			t.Fatalf("attach %d: %v", i, err)
+		}
+		got = append(got, p)
+	}
+	if got[0] != got[1] || got[1] != got[2] || got[3] == got[0] || len(g.Pollers()) != 2 {
+		t.Fatalf("3 x 100 entries should share one CQ of at most 300 and the 4th get a new one; pollers %d", len(g.Pollers()))
+	}
+	if _, _, err := g.Attach(nop, 400); err == nil || !strings.Contains(err.Error(), "allows 300 per CQ") {
+		t.Fatalf("attach of 400 entries: %v", err)
+	}
+	// The device's own limit is the default.
+	g2, err := NewGroup(ctx, Config{Mode: Event})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	if g2.cfg.MaxCQE != attr.MaxCQE {
+		t.Fatalf("default MaxCQE %d, device %d", g2.cfg.MaxCQE, attr.MaxCQE)
+	}
+}
