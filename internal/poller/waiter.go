@@ -28,6 +28,11 @@ const clockEvery = 8
 // maxSpin caps a learnt spin budget: a caller that waited this long parks.
 const maxSpin = 2 * time.Millisecond
 
+// maxParkSpin caps what the cost of parking adds to the budget: a
+// connection whose messages come just slower than a park would otherwise
+// spin without pause.
+const maxParkSpin = 500 * time.Microsecond
+
 // SpinBudget learns how long a caller should spin before parking, the way
 // TCP learns its retransmission timeout: a smoothed wait time plus four
 // times its mean deviation (Jacobson), never less than the configured
@@ -35,19 +40,27 @@ const maxSpin = 2 * time.Millisecond
 // jitter, exceeds the minimum keeps spinning through it instead of parking
 // (a park and wake-up costs far more than the spin it saves); a
 // connection whose waits are long (idle) parks after the minimum.
+//
+// It also never spins less than a park has recently cost (the time from
+// parking to being woken with the wait over): spinning as long as the
+// alternative costs is the classic 2-competitive choice, and it adapts to
+// the machine, since a wake-up through the completion channel, the
+// netpoller and the scheduler costs microseconds on hardware and hundreds
+// of them under emulation.
 type SpinBudget struct {
 	srtt, rttvar atomic.Int64 // ns
 	perIter      atomic.Int64 // ns per spin iteration, measured at clock reads
+	parkCost     atomic.Int64 // ns, smoothed
 }
 
 // Budget is the spin budget given the configured minimum.
-func (s *SpinBudget) Budget(min time.Duration) time.Duration {
-	b := time.Duration(s.srtt.Load() + 4*s.rttvar.Load())
-	if b < min {
-		return min
+func (s *SpinBudget) Budget(floor time.Duration) time.Duration {
+	b := time.Duration(max(s.srtt.Load()+4*s.rttvar.Load(), min(s.parkCost.Load(), int64(maxParkSpin))))
+	if b < floor {
+		return floor
 	}
 	if b > maxSpin {
-		return max(min, maxSpin)
+		return max(floor, maxSpin)
 	}
 	return b
 }
@@ -65,6 +78,16 @@ func (s *SpinBudget) Observe(d time.Duration) {
 		err = -err
 	}
 	s.rttvar.Store(rttvar + (err-rttvar)/4)
+}
+
+// observePark records how long a parked wait took from its park to its end.
+// Parks longer than maxSpin were idleness, not the cost of waking.
+func (s *SpinBudget) observePark(d time.Duration) {
+	if d > maxSpin {
+		return
+	}
+	old := s.parkCost.Load()
+	s.parkCost.Store(old + (int64(d)-old)/4)
 }
 
 // Waiter drives a poller's CQ for one blocked caller: it polls the CQ
@@ -87,7 +110,8 @@ type Waiter struct {
 	est      *SpinBudget
 	start    int64 // the first clock read (0: none yet; short waits read none)
 	iters    int
-	startIt  int // iterations done at the first clock read
+	startIt  int   // iterations done at the first clock read
+	parkedAt int64 // when it parked
 	budget   int64
 	lastProg uint64
 	spinning bool
@@ -152,6 +176,7 @@ func (w *Waiter) Spin() bool {
 		p.parks.Add(1)
 		p.parked.Add(1)
 		w.parked = true
+		w.parkedAt = now
 		w.stopSpinning() // the last spinner to leave arms the CQ for the parked
 		return true
 	}
@@ -193,6 +218,9 @@ func (w *Waiter) End() {
 	if w.parked {
 		w.parked = false
 		w.p.parked.Add(-1)
+		if w.est != nil {
+			w.est.observePark(time.Duration(nanotime() - w.parkedAt))
+		}
 	}
 	if w.est != nil {
 		// A wait too short to have read the clock is estimated from its
