@@ -155,7 +155,7 @@ func (w *Waiter) Spin() bool {
 			w.lastProg = prog // someone else dispatched: maybe ours
 			return true
 		}
-		if w.iters++; w.iters%clockEvery != 0 {
+		if w.iters++; w.iters%clockEvery != 0 && w.budget > 0 {
 			runtime.Gosched()
 			return true
 		}

@@ -1,0 +1,141 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+)
+
+// TestParkWakeStress guards the caller-driven completion design against
+// lost wake-ups: several connections on one shared CQ, ping-ponging with a
+// spin budget so small that most waits park (and, in event mode, all of
+// them), while a channel consumer selects on Messages() on the same CQ. A
+// lost wake-up hangs a round trip; the test fails on its deadline.
+func TestParkWakeStress(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"tiny spin", Config{PollSpin: time.Nanosecond, RecvBuffers: 8, SendBuffers: 8}},
+		{"event mode", Config{PollMode: PollEvent, RecvBuffers: 8, SendBuffers: 8}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			c0, s0, ln := connPair(t, &cfg)
+			defer ln.Close()
+			type pair struct{ c, s *Conn }
+			pairs := []pair{{c0, s0}}
+			for i := 0; i < 3; i++ {
+				c, s := dialAgainCfg(t, ln, &cfg)
+				pairs = append(pairs, pair{c, s})
+			}
+			defer func() {
+				for _, p := range pairs {
+					p.c.Close()
+					p.s.Close()
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(60*time.Second))
+			defer cancel()
+			const rounds = 300
+			var wg sync.WaitGroup
+			errc := make(chan error, 16)
+			for i, p := range pairs[:3] { // stream ping-pong: Read parks, Write may wait for credit
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					io.Copy(p.s, p.s)
+				}()
+				go func() {
+					defer wg.Done()
+					buf := make([]byte, 64+i)
+					for r := 0; r < rounds; r++ {
+						if _, err := p.c.Write(buf); err != nil {
+							errc <- err
+							return
+						}
+						if _, err := io.ReadFull(p.c, buf); err != nil {
+							errc <- err
+							return
+						}
+					}
+					p.c.CloseWrite()
+				}()
+			}
+			// A consumer that only selects on Messages(): no caller drives
+			// the CQ for it, the poller must.
+			p := pairs[3]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					b, err := p.c.Alloc(100)
+					if err != nil {
+						errc <- err
+						return
+					}
+					if err := p.c.Send(ctx, b); err != nil {
+						errc <- err
+						return
+					}
+					select {
+					case m, ok := <-p.s.Messages():
+						if !ok {
+							errc <- fmt.Errorf("Messages closed after %d", r)
+							return
+						}
+						m.Release()
+					case <-ctx.Done():
+						errc <- fmt.Errorf("message %d never delivered to a channel consumer", r)
+						return
+					}
+				}
+			}()
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				t.Fatal("round trips hung: a wake-up was lost")
+			}
+			close(errc)
+			for err := range errc {
+				t.Fatal(err)
+			}
+			st := pairs[0].c.Stats()
+			t.Logf("%s: parks %d, poller wake-ups %d, caller polls %d", tc.name, st.Parks, st.PollerWakeups, st.InlinePolls)
+			if st.Parks == 0 {
+				t.Fatal("no wait parked: the test did not exercise the park path")
+			}
+		})
+	}
+}
+
+func dialAgainCfg(t *testing.T, ln *Listener, cfg *Config) (client, server *Conn) {
+	t.Helper()
+	ch := make(chan *Conn, 1)
+	go func() {
+		s, err := ln.AcceptRDMA()
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- s
+	}()
+	d := Dialer{Config: *cfg, Timeout: rdmatest.Scale(10 * time.Second)}
+	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-ch
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	return nc.(*Conn), s
+}
