@@ -14,6 +14,11 @@ import (
 )
 
 // Listener accepts RDMA connections. It implements net.Listener.
+//
+// Each incoming connection's handshake runs on its own goroutine, bounded by
+// Config.ConnectTimeout; established connections wait for Accept, up to
+// Config.Backlog of them. Beyond that, dialers are refused: their dial fails
+// with ErrHandshake, naming the full backlog.
 type Listener struct {
 	cfg     Config
 	ch      *rdmacm.Channel
@@ -185,8 +190,9 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 	}
 }
 
-// Close stops listening. Connections already accepted stay open; blocked
-// Accept calls return net.ErrClosed.
+// Close stops listening. Connections already accepted stay open; those
+// established but not yet accepted are closed, and blocked Accept calls
+// return net.ErrClosed.
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		l.mu.Lock()

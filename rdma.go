@@ -1,26 +1,148 @@
 // Package rdma gives Go programs RDMA reliable connections that behave like
-// TCP ones: *Conn is a net.Conn and *Listener a net.Listener, so net/http,
-// net/rpc, gRPC and anything else that takes a listener or a dial function can
-// run over RDMA unchanged.
+// TCP ones. [*Conn] is a [net.Conn], [*Listener] a [net.Listener], and
+// [Dialer.DialContext] has the signature of [net.Dialer.DialContext], so
+// net/http, net/rpc, gRPC, bufio, io.Copy and anything else that takes a
+// listener or a dial function run over InfiniBand or RoCE unchanged. Beside
+// the byte stream, a Conn has a zero-copy message view and one-sided access
+// to memory the peer exported.
 //
-//	ln, err := rdma.Listen("rdma", "192.168.1.10:7471")  // an IP of an RDMA-capable netdev
-//	...
-//	srv := &http.Server{Handler: mux}
-//	go srv.Serve(ln)
+// Connections are set up with rdma_cm; queue pairs and their state
+// transitions, registered memory and credit-based flow control (the NIC never
+// meets a receiver without a posted buffer) stay inside the package. It runs
+// on Linux, through cgo, over rdma-core's libibverbs and librdmacm, and needs
+// an RDMA device: a RoCE or InfiniBand NIC, or Soft-RoCE on an Ethernet netdev
+// (`modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev eth0`).
+// Addresses are IPs of RDMA-capable netdevs (`rdma link show` lists them).
+//
+// # Quick start
+//
+//	ln, err := rdma.Listen("rdma", "192.168.1.10:7471") // port 0: a free port
+//	if err != nil { ... }
+//	go http.Serve(ln, handler) // or grpc.Server's Serve, rpc.Server's Accept
+//
+//	c, err := rdma.Dial("rdma", "192.168.1.10:7471") // a *Conn, a net.Conn
 //
 //	var d rdma.Dialer
 //	client := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 //	resp, err := client.Get("http://192.168.1.10:7471/")
 //
-// Connections are set up with rdma_cm (the queue pair moves RESET -> INIT ->
-// RTR -> RTS through a validated state table; users never see it). Bytes
-// written are copied once into registered send buffers and sent into receive
-// buffers the peer has posted and granted (credit-based flow control, so the
-// NIC never meets a receiver without a posted buffer); Read copies them out.
+// The networks are "rdma", "rdma4" and "rdma6"; DialContext also takes the
+// "tcp", "tcp4" and "tcp6" that net/http and gRPC ask for. [Dialer] and
+// [ListenConfig] carry a [Config], whose zero value is ready to use (every
+// field documents its default). The stream behaves as TCP's: a Write of any
+// size returns once every byte is in a posted send buffer; Read and Write
+// may run concurrently; [Conn.CloseWrite] half-closes; Close delivers what
+// was written (within Config.CloseTimeout) before the peer reads io.EOF, and
+// unblocks every call blocked on the Conn.
 //
-// Every error a Conn returns is a *net.OpError with Net "rdma"; a deadline
-// error has Timeout() true and unwraps to os.ErrDeadlineExceeded; after Close,
-// errors wrap net.ErrClosed; the end of a stream is io.EOF.
+// # Messages without copies
+//
+// [Conn.Alloc] returns a [buffer.Buf]: registered memory from the device's
+// pool, of the length asked for (up to 4 MiB by default). [Conn.Send] posts
+// it as one message, and the NIC reads it in place; the receiver gets the
+// buffer the NIC wrote into, whole and in order, from [Conn.Recv] or
+// [Conn.Messages]:
+//
+//	b, err := c.Alloc(len(payload))
+//	copy(b.Bytes(), payload)
+//	err = c.Send(ctx, b) // b is the connection's from here on
+//
+//	m, err := peer.Recv(ctx) // io.EOF after the sender's CloseWrite or Close
+//	use(m.Bytes())           // valid until Release
+//	m.Release()              // the buffer goes back to the connection
+//
+// How long bytes stay valid: a Buf from Alloc is the caller's until Send,
+// which takes it over whatever its outcome (do not touch, Send again or
+// Release it afterwards) and releases it once the NIC, or for a large
+// message the peer, has read it. A received Buf is the receiver's until its
+// Release, even past its Conn's Close; after Release the handle is stale
+// (Bytes returns nil; a second Release returns an error wrapping
+// [buffer.ErrReleased], and panics in a test binary so the faulty line
+// shows), and slices taken from Bytes must not be kept.
+// A received Buf may itself be given to Send on a connection of the same
+// device, passing it on without a copy.
+//
+// Each received message holds one of the connection's receive buffers and
+// the sender's credit for it: a receiver that keeps messages without
+// releasing them stops the peer's Send and Write, as a full TCP window
+// would (the stream and the messages share the credits). A message larger
+// than the peer's receive buffers (Config.BufferSize, 32 KiB by default) is
+// not split: the peer reads it from the sender's Buf with one RDMA READ, so
+// it too arrives whole, up to [Conn.MaxMessageSize] (4 MiB by default, on
+// devices with type 2 memory windows; else the receive buffer size). A larger
+// Send fails with [ErrMessageTooLarge]. [Conn.PostSend] is Send whose end
+// also arrives on [Conn.Completions].
+//
+// # One-sided access
+//
+// Nothing of a process's memory is reachable by a peer unless exported.
+// [Conn.Export] makes a Buf from Alloc readable and/or writable by the peer
+// until the [Export] is closed or the connection ends; its descriptor
+// ([RemoteBuf]: address, length and rkey, 16 bytes encoded by AppendTo)
+// travels to the peer in a message, where [ParseRemoteBuf] decodes it:
+//
+//	exp, err := c.Export(buf, rdma.RemoteWrite|rdma.RemoteRead)
+//	defer exp.Close()
+//	desc := exp.Remote().AppendTo(nil) // send it to the peer
+//
+//	remote, err := rdma.ParseRemoteBuf(desc)                 // on the peer
+//	err = peer.WriteRemote(ctx, local, remote, offset)       // or ReadRemote
+//	err = peer.WriteRemoteImm(ctx, local, remote, offset, 7) // c: Notification{Imm: 7}
+//	err = peer.PostWriteRemote(local, remote, offset, id)    // its end: Completions()
+//
+// [Conn.WriteRemote] and [Conn.ReadRemote] return when the NIC reports the
+// transfer complete; the exporter's CPU takes no part and is not told.
+// [Conn.WriteRemoteImm] also tells it: a [Notification] with the immediate
+// value arrives from [Conn.RecvNotification] or [Conn.Notifications] once
+// the bytes are in its memory, and holds a receive buffer until its Release.
+// [Conn.PostWriteRemote], [Conn.PostReadRemote] and [Conn.PostSend] return
+// once posted; each one's [OpCompletion] arrives on [Conn.Completions] with
+// the id given. The connection holds a reference to the local Buf until the
+// operation ends, but its bytes must stay untouched until then. Completions
+// has room for every operation that can be in flight; a post that might not
+// fit fails with [ErrCompletionsFull] rather than block the poller.
+//
+// An access outside the export, checked against the descriptor first,
+// fails with [ErrRemoteAccess] and nothing else happens; one the NIC
+// refuses (a forged descriptor, an export already closed) fails with it
+// too and ends the connection, as any RC transport error does. On devices
+// with type 2 memory windows an export's key is a window bound to its own
+// connection: another connection's peer that learns it is refused too.
+//
+// # Errors
+//
+// Errors from a Conn's methods are [*net.OpError] values with Net "rdma";
+// Dial, Listen and Accept return *net.OpError too. The end of a stream or
+// of the messages is a bare io.EOF. As with net: a deadline error has
+// Timeout() true and matches [os.ErrDeadlineExceeded]; after Close, errors
+// match [net.ErrClosed]; a peer whose process died gives
+// [syscall.ECONNRESET]; nobody listening, [syscall.ECONNREFUSED]. The
+// package's sentinels, for [errors.Is], say what to do in their text:
+// [ErrNoDevice] (no RDMA device, or rdma_ucm not loaded), [ErrNotRDMAAddress]
+// (the IP is on no RDMA netdev), [ErrHandshake] (the peer is not this
+// library or speaks another major protocol version, or the listener
+// refused; its reason is included), [ErrMemlock] (the locked-memory limit
+// is too low for the buffer pool), [ErrMessageTooLarge], [ErrRemoteAccess],
+// [ErrCompletionsFull] and [ErrProtocol] (the peer broke the protocol).
+//
+// # How completions are driven
+//
+// A goroutine that waits for a completion polls the device's completion
+// queue itself: Read, Write and Send waiting for a credit, Recv,
+// RecvNotification, the blocking one-sided calls and Close spin on it for a
+// budget learnt from their recent waits (at least Config.PollSpin), then
+// park until a completion wakes them. While they spin, the completion they
+// wait for is handled on their own goroutine, with no handoff between
+// threads. The device's background poller goroutines (Config.Pollers)
+// cover what nobody waits for in the package: idle connections, parked
+// callers, and users who receive from Messages(), Notifications() or
+// Completions(). A receive from those channels waits for whoever polls
+// next, usually the poller, which then wakes the receiver: Recv and
+// RecvNotification, which poll themselves, have lower latency.
+// Config.PollMode changes this (PollBusy: pollers never sleep; PollEvent:
+// nobody spins), and [Conn.Stats] counts who polled and who slept.
+//
+// # Builds without RDMA
 //
 // RDMA needs Linux, cgo and rdma-core (libibverbs and librdmacm). Built
 // without cgo (CGO_ENABLED=0) or for another system, the package still

@@ -12,6 +12,8 @@ import (
 
 // Buf is a value handle to one buffer of a Pool; copying it is fine (copies
 // share the buffer and its reference count). The zero Buf is not valid.
+// A Buf from rdma's Conn.Alloc or a received message holds one reference,
+// which its holder gives up with Release (or hands to Conn.Send).
 //
 // The handle carries the buffer's generation: when the last reference is
 // released the generation advances, so every older handle becomes stale and

@@ -53,10 +53,17 @@ const (
 	defaultMaxBytes = 1 << 30
 )
 
+// Errors of Get and GetWait, to test with errors.Is.
 var (
+	// ErrExhausted: every buffer of the class is in use and the pool has
+	// mapped Options.MaxBytes (rdma's Conn.Alloc: Config.PoolMaxBytes).
+	// Get returns it at once; GetWait waits for a release instead.
 	ErrExhausted = errors.New("buffer: pool exhausted: every buffer is in use and MaxBytes is reached (release buffers, or raise Options.MaxBytes)")
-	ErrTooLarge  = errors.New("buffer: size exceeds the largest size class")
-	ErrClosed    = errors.New("buffer: pool closed")
+	// ErrTooLarge: the size asked for is above the largest size class
+	// (MaxSize; 4 MiB by default).
+	ErrTooLarge = errors.New("buffer: size exceeds the largest size class")
+	// ErrClosed: the pool was closed.
+	ErrClosed = errors.New("buffer: pool closed")
 )
 
 type tooLargeError struct{ n, max int }
