@@ -117,7 +117,7 @@ demo: setup
 # $(BENCH_JSON) (a path under this directory: the guest writes only here) and an
 # SVG chart beside it. BENCH_ARGS go to rdmabench (e.g. -quick, -reps 5, -cases latency).
 BENCH_JSON ?= benchmarks/results/bench.json
-BENCH_ARGS ?=
+BENCH_ARGS ?= -reps 5
 bench: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
 	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
