@@ -246,6 +246,7 @@ func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, er
 			break
 		}
 	}
+	c.flushCredits()
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()

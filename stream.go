@@ -105,6 +105,7 @@ func (c *Conn) read(b []byte) (int, error) {
 		if c.spinWait(&w, &c.rdSpin) {
 			continue
 		}
+		c.flushCredits()
 		select {
 		case <-c.rdSig:
 		case <-c.rdDeadline.wait():
@@ -148,6 +149,17 @@ func (c *Conn) repostLocked() {
 	c.uncredited = 0
 	c.recvWRs = c.recvWRs[:0]
 	c.maybeSendCreditsLocked()
+}
+
+// flushCredits returns every pending credit now, below the threshold: a
+// receiver about to sleep must not sit on credits its peer may be waiting
+// for (the last one before a wait, as for signaled sends).
+func (c *Conn) flushCredits() {
+	c.mu.Lock()
+	if c.pending > 0 && c.credits >= 1 && !c.qpDown {
+		c.sendCtlLocked(wire.KindCredit)
+	}
+	c.mu.Unlock()
 }
 
 // maybeSendCreditsLocked returns pending credits in a control message when

@@ -104,7 +104,8 @@ type Poller struct {
 	// library: only for them must the poller look at the CQ while callers
 	// drive it, in case they all went quiet.
 	chanUsers atomic.Int32
-	kicked    atomic.Bool // look at the CQ again before sleeping (AddChannelUser)
+	kicked    atomic.Bool   // look at the CQ again before sleeping (AddChannelUser)
+	backstop  time.Duration // the poller goroutine's: see lookAgain
 
 	polls, completions, sleeps, wakeups, dropped atomic.Uint64
 	inlinePolls, emptyPolls, parks, arms         atomic.Uint64
@@ -405,6 +406,7 @@ func (p *Poller) run(started chan<- struct{}) {
 		}
 		// Drain what is there, unless a caller is polling right now.
 		if p.owner.CompareAndSwap(false, true) {
+			found := 0
 			for {
 				n, err := p.pollOwned(wcs, 0)
 				p.polls.Add(1)
@@ -412,9 +414,15 @@ func (p *Poller) run(started chan<- struct{}) {
 					p.owner.Store(false)
 					return
 				}
+				found += n
 				if n < len(wcs) {
 					break
 				}
+			}
+			if found > 0 || p.backstop == 0 {
+				p.backstop = idle
+			} else {
+				p.backstop = min(2*p.backstop, maxBackstop)
 			}
 			// Callers drive the CQ if they polled since the last look.
 			now := p.inlinePolls.Load()
@@ -465,15 +473,23 @@ func (p *Poller) run(started chan<- struct{}) {
 
 // lookAgain is when the poller, while callers drive the CQ, looks at it
 // again: after d if a channel consumer may depend on it (the callers may
-// all go quiet, leaving a completion for the consumer in the CQ), else
-// never: a caller that runs out of spin budget arms the CQ before it parks,
-// and the event wakes the poller then.
+// all go quiet, leaving a completion for the consumer in the CQ); while a
+// caller is parked, after a backoff that doubles up to maxBackstop as long
+// as the looks find nothing (a backstop: a parked caller's completion
+// raises an event on the armed CQ, and this bounds the damage should a
+// wake-up ever be lost); else never.
 func (p *Poller) lookAgain(d time.Duration) time.Time {
 	if p.chanUsers.Load() > 0 {
 		return time.Now().Add(d)
 	}
+	if p.parked.Load() > 0 {
+		return time.Now().Add(p.backstop)
+	}
 	return time.Time{}
 }
+
+// maxBackstop bounds the interval of the parked callers' backstop look.
+const maxBackstop = 100 * time.Millisecond
 
 // Close stops the pollers and destroys their CQs. Every QP on them must be
 // destroyed first.
