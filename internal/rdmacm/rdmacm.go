@@ -82,7 +82,19 @@ static int conn_param_call(int accept, struct rdma_cm_id *id, const void *priv, 
 	return ret ? -errno : 0;
 }
 
-static int errno_or(int ret) { return ret ? -errno : 0; }
+// Each call and its errno in one C function: Go may move a goroutine to
+// another thread between two cgo calls, and errno is per thread (a separate
+// errno_or call read another thread's errno about 1% of the time, 0
+// included, which turned a failed bind into a success).
+static int rdma_migrate_id_e(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return rdma_migrate_id(id, ch) ? -errno : 0; }
+static int rdma_bind_addr_e(struct rdma_cm_id *id, struct sockaddr *sa) { return rdma_bind_addr(id, sa) ? -errno : 0; }
+static int rdma_listen_e(struct rdma_cm_id *id, int backlog) { return rdma_listen(id, backlog) ? -errno : 0; }
+static int rdma_resolve_addr_e(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int ms) { return rdma_resolve_addr(id, src, dst, ms) ? -errno : 0; }
+static int rdma_resolve_route_e(struct rdma_cm_id *id, int ms) { return rdma_resolve_route(id, ms) ? -errno : 0; }
+static int rdma_establish_e(struct rdma_cm_id *id) { return rdma_establish(id) ? -errno : 0; }
+static int rdma_reject_e(struct rdma_cm_id *id, const void *priv, uint8_t len) { return rdma_reject(id, priv, len) ? -errno : 0; }
+static int rdma_disconnect_e(struct rdma_cm_id *id) { return rdma_disconnect(id) ? -errno : 0; }
+static int rdma_destroy_id_e(struct rdma_cm_id *id) { return rdma_destroy_id(id) ? -errno : 0; }
 static void *id_verbs(struct rdma_cm_id *id) { return id->verbs; }
 static uint8_t id_port(struct rdma_cm_id *id) { return id->port_num; }
 static struct sockaddr *local_addr(struct rdma_cm_id *id) { return rdma_get_local_addr(id); }
@@ -296,7 +308,7 @@ func (i *ID) Migrate(c *Channel) error {
 	c.ids[i.id] = i
 	c.mu.Unlock()
 	if err := i.do("rdma_migrate_id", func(id *C.struct_rdma_cm_id) C.int {
-		return C.errno_or(C.rdma_migrate_id(id, c.ch))
+		return C.rdma_migrate_id_e(id, c.ch)
 	}); err != nil {
 		c.mu.Lock()
 		delete(c.ids, i.id)
@@ -354,7 +366,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 func (i *ID) BindAddr(ap netip.AddrPort) error {
 	sa, free := toSockaddr(ap)
 	defer free()
-	if ret := C.errno_or(C.rdma_bind_addr(i.id, (*C.struct_sockaddr)(sa))); ret != 0 {
+	if ret := C.rdma_bind_addr_e(i.id, (*C.struct_sockaddr)(sa)); ret != 0 {
 		return fmt.Errorf("rdma_bind_addr %s: %w", ap, syscall.Errno(-ret))
 	}
 	return nil
@@ -362,7 +374,7 @@ func (i *ID) BindAddr(ap netip.AddrPort) error {
 
 // Listen starts listening; connection requests arrive as EventConnectRequest.
 func (i *ID) Listen(backlog int) error {
-	if ret := C.errno_or(C.rdma_listen(i.id, C.int(backlog))); ret != 0 {
+	if ret := C.rdma_listen_e(i.id, C.int(backlog)); ret != 0 {
 		return fmt.Errorf("rdma_listen: %w", syscall.Errno(-ret))
 	}
 	return nil
@@ -378,7 +390,7 @@ func (i *ID) ResolveAddr(src, dst netip.AddrPort, timeoutMS int) error {
 		ssa, freeSrc = toSockaddr(src)
 		defer freeSrc()
 	}
-	if ret := C.errno_or(C.rdma_resolve_addr(i.id, (*C.struct_sockaddr)(ssa), (*C.struct_sockaddr)(dsa), C.int(timeoutMS))); ret != 0 {
+	if ret := C.rdma_resolve_addr_e(i.id, (*C.struct_sockaddr)(ssa), (*C.struct_sockaddr)(dsa), C.int(timeoutMS)); ret != 0 {
 		return fmt.Errorf("rdma_resolve_addr %s: %w", dst, syscall.Errno(-ret))
 	}
 	return nil
@@ -386,7 +398,7 @@ func (i *ID) ResolveAddr(src, dst netip.AddrPort, timeoutMS int) error {
 
 // ResolveRoute starts route resolution; EventRouteResolved follows.
 func (i *ID) ResolveRoute(timeoutMS int) error {
-	if ret := C.errno_or(C.rdma_resolve_route(i.id, C.int(timeoutMS))); ret != 0 {
+	if ret := C.rdma_resolve_route_e(i.id, C.int(timeoutMS)); ret != 0 {
 		return fmt.Errorf("rdma_resolve_route: %w", syscall.Errno(-ret))
 	}
 	return nil
@@ -430,7 +442,7 @@ func (i *ID) Accept(p ConnParam) error { return i.connParam(true, p) }
 
 // Establish completes an active connection whose QP the caller moved to RTS.
 func (i *ID) Establish() error {
-	return i.do("rdma_establish", func(id *C.struct_rdma_cm_id) C.int { return C.errno_or(C.rdma_establish(id)) })
+	return i.do("rdma_establish", func(id *C.struct_rdma_cm_id) C.int { return C.rdma_establish_e(id) })
 }
 
 // Reject refuses a connection request, carrying privateData to the peer.
@@ -441,13 +453,13 @@ func (i *ID) Reject(privateData []byte) error {
 		defer C.free(priv)
 	}
 	return i.do("rdma_reject", func(id *C.struct_rdma_cm_id) C.int {
-		return C.errno_or(C.rdma_reject(id, priv, C.uint8_t(len(privateData))))
+		return C.rdma_reject_e(id, priv, C.uint8_t(len(privateData)))
 	})
 }
 
 // Disconnect tears the connection down (the peer gets EventDisconnected).
 func (i *ID) Disconnect() error {
-	return i.do("rdma_disconnect", func(id *C.struct_rdma_cm_id) C.int { return C.errno_or(C.rdma_disconnect(id)) })
+	return i.do("rdma_disconnect", func(id *C.struct_rdma_cm_id) C.int { return C.rdma_disconnect_e(id) })
 }
 
 // Verbs is the device context the id is bound to (nil before address resolution).
@@ -486,7 +498,7 @@ func (i *ID) Destroy() error {
 		delete(i.ch.ids, i.id)
 		i.ch.mu.Unlock()
 	}
-	ret := C.errno_or(C.rdma_destroy_id(i.id))
+	ret := C.rdma_destroy_id_e(i.id)
 	i.id = nil
 	if ret != 0 {
 		return fmt.Errorf("rdma_destroy_id: %w", syscall.Errno(-ret))
