@@ -460,9 +460,11 @@ func Example_errors() {
 	fmt.Println("dial port 1:", errors.As(err, &oe), errors.Is(err, syscall.ECONNREFUSED))
 
 	// 192.0.2.1 (TEST-NET-1) is on no interface of this machine. On a
-	// machine without an RDMA device the error is rdma.ErrNoDevice.
+	// machine without an RDMA device the error is rdma.ErrNoDevice. The
+	// sentinels' text says what to do.
 	_, err = rdma.Listen("rdma", "192.0.2.1:0")
 	fmt.Println("listen on 192.0.2.1:", errors.Is(err, rdma.ErrNotRDMAAddress))
+	fmt.Println(err)
 
 	ln, err := rdma.Listen("rdma", net.JoinHostPort(host, "0"))
 	if err != nil {
@@ -493,6 +495,7 @@ func Example_errors() {
 	// Prints:
 	// dial port 1: true true
 	// listen on 192.0.2.1: true
+	// listen rdma 192.0.2.1:0: address is not on an RDMA-capable network device (use an IP of a netdev that `rdma link show` lists): rdma_bind_addr 192.0.2.1:0: cannot assign requested address
 	// read past its deadline: true true
 	// read after Close: true
 }
