@@ -42,8 +42,8 @@ func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+len(c.opDone) < cap(c.
 type Access int
 
 const (
-	RemoteWrite Access = 1 << iota
-	RemoteRead
+	RemoteWrite Access = 1 << iota // the peer may write into the export
+	RemoteRead                     // the peer may read from it
 )
 
 // RemoteBuf describes a buffer the peer exported: pass it in a message.
@@ -282,8 +282,9 @@ func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBu
 }
 
 // PostWriteRemote starts WriteRemote and returns; its end arrives on
-// Completions() with id. local must stay unreleased until then (the
-// connection holds a reference meanwhile).
+// Completions() with id. The connection holds its own reference to local
+// until then, so the caller may Release it at once, but its bytes must stay
+// untouched until the completion arrives.
 func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
 	return c.oneSided(context.Background(), "write remote", verbs.OpRDMAWrite, local, remote, offset, 0, true, id)
 }

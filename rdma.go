@@ -282,9 +282,9 @@ func (c *Config) withDefaults() Config {
 type PollMode int
 
 const (
-	PollAdaptive PollMode = iota
-	PollBusy
-	PollEvent
+	PollAdaptive PollMode = iota // waiting callers spin for a learnt budget, then park; pollers sleep when idle
+	PollBusy                     // pollers never sleep: a core each at 100%
+	PollEvent                    // nobody spins: every wait goes through the completion channel
 )
 
 // Addr is the address of an RDMA endpoint: an IP of an RDMA-capable netdev

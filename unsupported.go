@@ -187,8 +187,8 @@ func (l *Listener) Close() error { return nil }
 type Access int
 
 const (
-	RemoteWrite Access = 1 << iota
-	RemoteRead
+	RemoteWrite Access = 1 << iota // the peer may write into the export
+	RemoteRead                     // the peer may read from it
 )
 
 // RemoteBuf describes a buffer the peer exported: pass it in a message.
