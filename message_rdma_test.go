@@ -964,9 +964,9 @@ func mustAlloc(t *testing.T, c *Conn, n int) buffer.Buf {
 	return b
 }
 
-// dialAgain makes one more connection to ln (connPair made the first and
-// checks for leaks at the end).
-func dialAgain(t *testing.T, ln *Listener) (client, server *Conn) {
+// dialAgain makes one more connection to ln with cfg (nil: the defaults);
+// connPair made the first and checks for leaks at the end.
+func dialAgain(t *testing.T, ln *Listener, cfg *Config) (client, server *Conn) {
 	t.Helper()
 	ch := make(chan *Conn, 1)
 	go func() {
@@ -977,6 +977,9 @@ func dialAgain(t *testing.T, ln *Listener) (client, server *Conn) {
 		ch <- s
 	}()
 	d := Dialer{Timeout: rdmatest.Scale(10 * time.Second)}
+	if cfg != nil {
+		d.Config = *cfg
+	}
 	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -998,7 +1001,7 @@ func TestExportScopedToConnection(t *testing.T) {
 	defer ln.Close()
 	defer c1.Close()
 	defer s1.Close()
-	c2, s2 := dialAgain(t, ln)
+	c2, s2 := dialAgain(t, ln, nil)
 	defer c2.Close()
 	defer s2.Close()
 	if !s1.dev.windows {
@@ -1040,7 +1043,7 @@ func TestExportScopedToConnection(t *testing.T) {
 	c1.Close() // an RC access error ends the connection it happened on
 	s1.Close()
 	unchanged("after the refused read")
-	c1, s1 = dialAgain(t, ln)
+	c1, s1 = dialAgain(t, ln, nil)
 	defer c1.Close()
 	defer s1.Close()
 	exp.Close()

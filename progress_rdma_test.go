@@ -33,7 +33,7 @@ func TestParkWakeStress(t *testing.T) {
 			type pair struct{ c, s *Conn }
 			pairs := []pair{{c0, s0}}
 			for i := 0; i < 3; i++ {
-				c, s := dialAgainCfg(t, ln, &cfg)
+				c, s := dialAgain(t, ln, &cfg)
 				pairs = append(pairs, pair{c, s})
 			}
 			defer func() {
@@ -116,26 +116,4 @@ func TestParkWakeStress(t *testing.T) {
 			}
 		})
 	}
-}
-
-func dialAgainCfg(t *testing.T, ln *Listener, cfg *Config) (client, server *Conn) {
-	t.Helper()
-	ch := make(chan *Conn, 1)
-	go func() {
-		s, err := ln.AcceptRDMA()
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- s
-	}()
-	d := Dialer{Config: *cfg, Timeout: rdmatest.Scale(10 * time.Second)}
-	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-ch
-	if s == nil {
-		t.Fatal("accept failed")
-	}
-	return nc.(*Conn), s
 }

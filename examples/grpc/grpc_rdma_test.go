@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,55 +21,8 @@ import (
 
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/rdmatest/baseline"
 )
-
-// baseline returns the process's RDMA objects and goroutines to compare with
-// after a test. One RDMA connection is made and closed first, because
-// librdmacm keeps a context and a PD per device from its first use on; the
-// goroutine count is taken before it, and the device's pollers must be gone
-// again before the RDMA objects are counted.
-func baseline(t *testing.T, env rdmatest.Env) (map[string]int, int) {
-	t.Helper()
-	g := runtime.NumGoroutine()
-	ln, err := rdma.Listen("rdma", net.JoinHostPort(env.Addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan error, 1)
-	go func() {
-		s, err := ln.Accept()
-		if err == nil {
-			_, err = io.Copy(io.Discard, s)
-			s.Close()
-		}
-		accepted <- err
-	}()
-	c, err := rdma.Dial("rdma", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	if err := <-accepted; err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
-	waitGoroutines(t, g)
-	return rdmatest.Resources(t), g
-}
-
-// waitGoroutines waits until no more than n goroutines run, or fails t with
-// every goroutine's stack.
-func waitGoroutines(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(rdmatest.Scale(2 * time.Second))
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // startServer serves the Blob service on a new Listener; the channel gets
 // Serve's result.
@@ -144,7 +96,7 @@ func streamMessages(seed byte, total int) [][]byte {
 // and no RDMA object or goroutine left.
 func TestGRPC(t *testing.T) {
 	env := rdmatest.Require(t)
-	baseRes, baseG := baseline(t, env)
+	baseRes, baseG := baseline.Take(t, env)
 
 	ln, srv, served := startServer(t, env)
 	addr := ln.Addr().String()
@@ -309,7 +261,7 @@ func waitRefused(t *testing.T, addr string) time.Duration {
 // nothing is left behind.
 func TestGRPCStop(t *testing.T) {
 	env := rdmatest.Require(t)
-	baseRes, baseG := baseline(t, env)
+	baseRes, baseG := baseline.Take(t, env)
 
 	ln, srv, served := startServer(t, env)
 	var dials atomic.Int32

@@ -4,59 +4,17 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/rpc"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/rdmatest/baseline"
 )
-
-// baseline returns the process's RDMA objects and goroutines to compare with
-// after a test. One RDMA connection is made and closed first, because
-// librdmacm keeps a context and a PD per device from its first use on; the
-// goroutine count is taken before it, and the device's pollers must be gone
-// again before the RDMA objects are counted.
-func baseline(t *testing.T, env rdmatest.Env) (map[string]int, int) {
-	t.Helper()
-	g := runtime.NumGoroutine()
-	ln, err := rdma.Listen("rdma", net.JoinHostPort(env.Addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan error, 1)
-	go func() {
-		s, err := ln.Accept()
-		if err == nil {
-			_, err = io.Copy(io.Discard, s)
-			s.Close()
-		}
-		accepted <- err
-	}()
-	c, err := rdma.Dial("rdma", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Close()
-	if err := <-accepted; err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
-	deadline := time.Now().Add(rdmatest.Scale(2 * time.Second))
-	for runtime.NumGoroutine() > g {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("warm-up left %d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), g, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return rdmatest.Resources(t), g
-}
 
 // TestNetRPC serves net/rpc on an rdma.Listener to two clients over RDMA
 // connections: 1600 small calls from 8 goroutines in flight at once, and
@@ -66,7 +24,7 @@ func baseline(t *testing.T, env rdmatest.Env) (map[string]int, int) {
 // listener's Close, and no RDMA object or goroutine left.
 func TestNetRPC(t *testing.T) {
 	env := rdmatest.Require(t)
-	baseRes, baseG := baseline(t, env)
+	baseRes, baseG := baseline.Take(t, env)
 
 	ln, err := rdma.Listen("rdma", net.JoinHostPort(env.Addr, "0"))
 	if err != nil {

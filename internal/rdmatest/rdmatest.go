@@ -105,3 +105,20 @@ func CheckNoLeaks(t testing.TB, baseRes map[string]int, baseGoroutines int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Goroutines is the process's goroutine count (runtime.NumGoroutine).
+func Goroutines() int { return runtime.NumGoroutine() }
+
+// WaitGoroutines waits (scaled, 2 s) until at most n goroutines remain and
+// fails t with every goroutine's stack if they do not.
+func WaitGoroutines(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(Scale(2 * time.Second))
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

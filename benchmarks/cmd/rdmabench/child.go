@@ -97,10 +97,10 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 	}
 	rc, ours := conn.(*rdma.Conn)
 	var before rdma.ConnStats
-	var csw0, thr0 [2]float64
+	var csw0 [2]float64
 	if ours {
 		before = rc.Stats()
-		csw0, thr0 = ctxSwitches()
+		csw0, _ = ctxSwitches()
 	}
 	s, err := c.Run(&Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup})
 	if ours && err == nil {
@@ -109,8 +109,7 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		n := float64(max(1, a.iters+a.warmup))
 		m["ctx_switches_voluntary"] = (csw1[0] - csw0[0]) / n
 		m["ctx_switches_involuntary"] = (csw1[1] - csw0[1]) / n
-		m["threads"] = thr1[0]
-		_ = thr0
+		m["threads"] = thr1
 		b, _ := json.Marshal(m)
 		fmt.Printf("counters %s\n", b)
 	}
@@ -195,14 +194,14 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 // ctxSwitches sums the voluntary and involuntary context switches of every
 // thread of this process (a thread switch is what a Go runtime hand-over
 // costs and what perftest's single thread never pays), and counts threads.
-func ctxSwitches() (sw [2]float64, threads [2]float64) {
+func ctxSwitches() (sw [2]float64, threads float64) {
 	dirs, _ := filepath.Glob("/proc/self/task/*/status")
 	for _, p := range dirs {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		threads[0]++
+		threads++
 		for _, l := range strings.Split(string(b), "\n") {
 			var v float64
 			if _, err := fmt.Sscanf(l, "voluntary_ctxt_switches: %g", &v); err == nil {
