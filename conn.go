@@ -49,7 +49,8 @@ type Conn struct {
 	closeOnce      sync.Once
 	closeErr       error // set inside closeOnce
 
-	sendWRs []verbs.SendWR // guarded by writeMu: scratch for Write
+	sendWRs    []verbs.SendWR // guarded by writeMu: scratch for Write
+	writeSlots []int          // guarded by writeMu: the send buffers a Write reserved
 
 	mu              sync.Mutex     // guards every field below, and the embedded states
 	streamState                    // stream.go: received bytes, credits, end of stream
@@ -82,7 +83,8 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		rdDeadline: makeDeadline(),
 		wrDeadline: makeDeadline(),
 		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
-		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+keepaliveReserve),
+		writeSlots: make([]int, 0, cfg.SendBuffers),
+		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
 	}
 	ep, err := newEndpoint(id, cfg, c.handleCompletions)
 	if err != nil {
@@ -90,12 +92,17 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	}
 	c.ep = ep
 	c.port = id.PortNum()
-	c.rq = make([]rxMsg, ep.nRecv) // every receive posted
+	c.rq = make([]rxMsg, ep.maxRecv) // every receive posted
+	c.window, c.peerCredits = initialWindow(cfg), initialWindow(cfg)
+	c.sendFree = make([]int, 0, cfg.SendBuffers)
+	for i := range ep.send {
+		c.sendFree = append(c.sendFree, i)
+	}
 	c.sq = make([]sqEntry, ep.sqDepth)
 	// Counted before the handshake posts them: a receive may complete (the
 	// peer's first message) before start runs, and its completion must
 	// find the count (else Close waits its whole flush timeout).
-	c.recvPosted = ep.nRecv
+	c.recvPosted = len(ep.recv)
 	c.dev = ep.dev
 	c.initMessages()
 	c.dev.addConn(c)

@@ -57,13 +57,15 @@ type recvSlot struct {
 func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
 func (c *Conn) initMessages() {
-	n := c.ep.nRecv
+	n := c.ep.maxRecv
 	c.msgs = make(chan buffer.Buf, n)    // at most n receive buffers can be lent at once
 	c.notes = make(chan Notification, n) // likewise
 	c.slots = make([]recvSlot, n)
 	c.lent = make([]bool, n)
 	for i := range c.slots {
 		c.slots[i] = recvSlot{c, i}
+	}
+	for i := range c.ep.recv {
 		c.ep.recv[i].SetRecycler(&c.slots[i])
 	}
 	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
@@ -132,6 +134,10 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	if !b.Valid() {
 		return buffer.ErrReleased
 	}
+	// End runs after the unlock (defers run last-in first-out): ending a
+	// wait may poll the CQ and dispatch completions, which takes c.mu.
+	var w poller.Waiter
+	defer w.End()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b.Len() > c.peerMaxMsg {
@@ -142,8 +148,6 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
 	}
 	large := b.Len() > c.peerBufSize
-	var w poller.Waiter
-	defer w.End()
 	for {
 		if err := c.writeErrLocked(); err != nil {
 			return err
@@ -152,8 +156,11 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 			return ErrCompletionsFull
 		}
 		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
-			(!large || c.rvOut < maxRendezvous) {
+			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) {
 			break
+		}
+		if large && c.rvReserve == 0 && !c.qpDown {
+			return fmt.Errorf("%w: no receive buffer for the peer's answer to a large message", buffer.ErrExhausted)
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
 			return err
@@ -186,7 +193,7 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		c.msgFree = append(c.msgFree, slot)
 		return err
 	}
-	c.pending = 0
+	c.grantedLocked()
 	c.credits--
 	if async {
 		c.asyncOut++

@@ -2,7 +2,10 @@
 
 package rdma
 
-import "github.com/verbline/rdma/internal/verbs"
+import (
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
+)
 
 // The send queue in posting order. RC completes a QP's send work requests
 // in order, so most are posted unsignaled (no completion of their own) and
@@ -62,7 +65,7 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 // back is running low.
 func (c *Conn) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
-		c.ep.nSend-int(c.sendSeq-c.sendDone) < signalEvery ||
+		len(c.sendFree) < signalEvery ||
 		len(c.msgFree) < signalEvery
 }
 
@@ -93,12 +96,18 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 	switch e.kind {
 	case wrSendData:
 		c.sendDone++
+		c.sendFree = append(c.sendFree, e.idx)
 		c.sendFailedLocked(wc)
 	case wrSendCtl, wrSendRv, wrBind:
 		c.sendFailedLocked(wc)
-	case wrSendProbe:
-		c.probeOut = false
+	case wrSendUnc:
+		c.ctlOut = false
 		c.sendFailedLocked(wc)
+		if c.pending > 0 {
+			// Credits earned while the update was in flight, which a
+			// reader going to sleep may have tried to flush.
+			c.sendCtlLocked(wire.KindCredit)
+		}
 	case wrSendMsg:
 		c.sendFailedLocked(wc)
 		c.msgDoneLocked(e.idx, wc.Err())
