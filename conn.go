@@ -48,6 +48,8 @@ type Conn struct {
 
 	sendWRs []verbs.SendWR // guarded by writeMu: scratch for Write
 
+	counts connCounters // metrics_conn.go: atomics (noCredit: mu)
+
 	mu              sync.Mutex     // guards every field below, and the embedded states
 	streamState                    // stream.go: received bytes, credits, end of stream
 	sendQueue                      // sendqueue.go: posted send-queue requests in order
@@ -81,7 +83,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous),
 	}
 	c.rq = make([]rxMsg, cfg.RecvBuffers+maxRendezvous) // every receive posted
-	ep, err := newEndpoint(id, cfg, c.handleCompletions)
+	ep, err := newEndpoint(id, cfg, c.countCompletions)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +117,7 @@ func (c *Conn) start() {
 	c.laddr = &Addr{c.id.LocalAddr()}
 	c.raddr = &Addr{c.id.PeerAddr()}
 	c.mu.Unlock()
+	registerConn(c) // metrics
 	go c.eventLoop()
 }
 
@@ -281,6 +284,7 @@ func (c *Conn) release() error {
 	}
 	c.ch.Close() // ends eventLoop
 	<-c.eventsDone
+	unregisterConn(c) // metrics: its counts join its device's totals
 	return err
 }
 
