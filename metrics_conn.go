@@ -53,11 +53,24 @@ func (k *connCounters) creditCheck(noCredit bool) {
 }
 
 // countCompletions is the connection's completion handler as the poller
-// sees it: it counts the payload that arrived in wcs (stream data,
-// messages, and large messages once their RDMA READ completed), then
-// applies them (handleCompletions).
+// sees it: it counts the payload that arrived in wcs, then applies them
+// (handleCompletions).
 func (c *Conn) countCompletions(wcs []verbs.WC) {
-	var bytes, msgs uint64
+	bytes, msgs := countArrived(wcs)
+	if bytes > 0 {
+		c.counts.bytesReceived.Add(bytes)
+	}
+	if msgs > 0 {
+		c.counts.msgsReceived.Add(msgs)
+	}
+	c.handleCompletions(wcs)
+}
+
+// countArrived counts the payload bytes and messages that arrived in wcs:
+// stream data, messages, and large messages (one when announced, their
+// bytes when their RDMA READ completed). Control messages, one-sided
+// notifications and failed completions carry none.
+func countArrived(wcs []verbs.WC) (bytes, msgs uint64) {
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.Status != verbs.WCSuccess {
@@ -81,13 +94,7 @@ func (c *Conn) countCompletions(wcs []verbs.WC) {
 			bytes += uint64(wc.ByteLen) // a large message read from the sender's buffer
 		}
 	}
-	if bytes > 0 {
-		c.counts.bytesReceived.Add(bytes)
-	}
-	if msgs > 0 {
-		c.counts.msgsReceived.Add(msgs)
-	}
-	c.handleCompletions(wcs)
+	return bytes, msgs
 }
 
 // registerConn adds an established connection to the process's metrics;
