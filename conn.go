@@ -52,6 +52,8 @@ type Conn struct {
 	sendWRs    []verbs.SendWR // guarded by writeMu: scratch for Write
 	writeSlots []int          // guarded by writeMu: the send buffers a Write reserved
 
+	counts connCounters // metrics_conn.go: atomics (noCredit: mu)
+
 	mu              sync.Mutex     // guards every field below, and the embedded states
 	streamState                    // stream.go: received bytes, credits, end of stream
 	sendQueue                      // sendqueue.go: posted send-queue requests in order
@@ -86,7 +88,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		writeSlots: make([]int, 0, cfg.SendBuffers),
 		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
 	}
-	ep, err := newEndpoint(id, cfg, c.handleCompletions)
+	ep, err := newEndpoint(id, cfg, c.countCompletions)
 	if err != nil {
 		return nil, err
 	}
@@ -129,6 +131,7 @@ func (c *Conn) start() {
 	c.raddr = &Addr{c.id.PeerAddr()}
 	c.mu.Unlock()
 	c.startKeepalive()
+	registerConn(c) // metrics
 	go c.eventLoop()
 }
 
@@ -334,6 +337,7 @@ func (c *Conn) release() error {
 	}
 	c.ch.Close() // ends eventLoop
 	<-c.eventsDone
+	unregisterConn(c) // metrics: its counts join its device's totals
 	return err
 }
 

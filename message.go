@@ -113,20 +113,24 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 // once the NIC is done with it. The peer receives it whole on Messages().
 // A failure after posting ends the connection and shows in the next call.
 func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
+	n := b.Len()
 	if err := c.send(ctx, b, false, 0); err != nil {
 		b.Release()
 		return c.opError("send", err)
 	}
+	c.counts.sent(n)
 	return nil
 }
 
 // PostSend is Send whose outcome (the NIC finished sending b, or an error)
 // also arrives on Completions() with id.
 func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	n := b.Len()
 	if err := c.send(ctx, b, true, id); err != nil {
 		b.Release()
 		return c.opError("send", err)
 	}
+	c.counts.sent(n)
 	return nil
 }
 
@@ -155,6 +159,7 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		if async && !c.asyncRoomLocked() {
 			return ErrCompletionsFull
 		}
+		c.counts.creditCheck(c.credits < 2) // metrics
 		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
 			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) {
 			break

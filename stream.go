@@ -223,6 +223,7 @@ func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 // in the socket buffer).
 func (c *Conn) Write(b []byte) (int, error) {
 	n, err := c.write(b)
+	c.counts.wrote(n)
 	if err != nil {
 		err = c.opError("write", err)
 	}
@@ -251,6 +252,7 @@ func (c *Conn) write(b []byte) (int, error) {
 		}
 		room := c.ep.sqDepth - ctlReserve/2 - c.sqUsedLocked()
 		k := min(len(c.sendFree), room, c.credits-1)
+		c.counts.creditCheck(c.credits < 2) // metrics: data leaves the last credit for control messages
 		if k <= 0 {
 			c.mu.Unlock()
 			if c.spinWait(&w, &c.wrSpin) {
