@@ -46,6 +46,7 @@ type Conn struct {
 	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
 	rdSpin, wrSpin poller.SpinBudget
 	chanUser       atomic.Bool // the user took a delivery channel (channelUser)
+	starvedHint    atomic.Bool // mirrors peerStarved (window.go), read without c.mu
 	closeOnce      sync.Once
 	closeErr       error // set inside closeOnce
 

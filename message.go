@@ -279,6 +279,7 @@ func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, er
 // why (Messages() and Notifications() close at the end of the connection).
 func received[T any](c *Conn, op string, v T, ok bool) (T, error) {
 	if ok {
+		c.windowTaken()
 		return v, nil
 	}
 	var zero T

@@ -615,6 +615,12 @@ func TestLargeMessages(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no completion for a large PostSend")
 	}
+	// The completion is delivered under the connection's lock; the buffer
+	// is released right after it is dropped (a release may take another
+	// connection's lock): give that a moment.
+	for deadline := time.Now().Add(rdmatest.Scale(time.Second)); b.Valid() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if b.Valid() {
 		t.Fatal("the sender's buffer is still live after its completion")
 	}

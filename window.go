@@ -49,6 +49,21 @@ type windowState struct {
 	peerStarved bool // the peer ran out of credits since the window last grew
 }
 
+// windowTaken is called when the application takes a message or a
+// notification: with the peer starved, that may be what lets the window
+// grow (no receive is reposted while the application holds what it took).
+func (c *Conn) windowTaken() {
+	if !c.starvedHint.Load() {
+		return
+	}
+	c.mu.Lock()
+	if !c.released {
+		c.maybeGrowWindowLocked()
+		c.maybeSendCreditsLocked()
+	}
+	c.mu.Unlock()
+}
+
 // grantedLocked records that the pending credits went out in a message
 // just posted.
 func (c *Conn) grantedLocked() {
@@ -64,8 +79,9 @@ func (c *Conn) peerSpentLocked() bool {
 		c.failLocked(fmt.Errorf("%w: peer sent a message beyond the credits it was granted", ErrProtocol))
 		return false
 	}
-	if c.peerCredits <= 1 {
+	if c.peerCredits <= 1 && !c.peerStarved {
 		c.peerStarved = true
+		c.starvedHint.Store(true)
 	}
 	return true
 }
@@ -77,10 +93,13 @@ func (c *Conn) maybeGrowWindowLocked() {
 	if !c.peerStarved || c.window >= c.cfg.RecvBuffers || c.qpDown {
 		return
 	}
-	if held := len(c.ep.recv) - c.recvPosted; held > max(1, c.window/4) {
+	// What arrived and the application has not taken yet (received
+	// messages it holds are taken: it keeps up, it just keeps them).
+	if unread := c.rqLen + len(c.msgs) + len(c.notes) + c.inLen; unread > max(1, c.window/4) {
 		return // the application is behind: a larger window would only pin more
 	}
 	c.peerStarved = false
+	c.starvedHint.Store(false)
 	n := c.addRecvsLocked(min(c.window, c.cfg.RecvBuffers-c.window))
 	c.window += n
 	c.pending += n // granted with the next message, as reposted receives are
