@@ -52,7 +52,11 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 	c.sq[pos] = sqEntry{kind: kind, idx: idx}
 	c.sqInFlight++
 	wr.WRID = c.ep.wrid(kind, pos)
-	if force || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
+	// After this side's end of stream nothing may follow to retire an
+	// unsignaled request (a rendezvous done answer, a credit update to a
+	// 1.1 peer), and Close waits for every request to retire: signal them
+	// all (found by the two-guest tests on a lossy link).
+	if force || c.finSent || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
 		wr.Flags |= verbs.SendSignaled
 		c.sqUnsig = 0
 	} else {
@@ -65,7 +69,7 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 // back is running low.
 func (c *Conn) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
-		len(c.sendFree) < signalEvery ||
+		len(c.sendFree) < min(signalEvery, len(c.ep.send)) ||
 		len(c.msgFree) < signalEvery
 }
 
@@ -96,14 +100,16 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 	switch e.kind {
 	case wrSendData:
 		c.sendDone++
-		c.sendFree = append(c.sendFree, e.idx)
+		if e.idx >= 0 { // an inline send gave its buffer back at once
+			c.sendFree = append(c.sendFree, e.idx)
+		}
 		c.sendFailedLocked(wc)
 	case wrSendCtl, wrSendRv, wrBind:
 		c.sendFailedLocked(wc)
 	case wrSendUnc:
 		c.ctlOut = false
 		c.sendFailedLocked(wc)
-		if c.pending > 0 {
+		if c.creditsUrgentLocked() {
 			// Credits earned while the update was in flight, which a
 			// reader going to sleep may have tried to flush.
 			c.sendCtlLocked(wire.KindCredit)

@@ -51,17 +51,23 @@ type rxMsg struct {
 	n   int // bytes received
 }
 
-// creditThreshold is how many reposted receives we collect before returning
-// them in a message of their own (they also ride on every data message).
+// creditsUrgentLocked reports whether pending credits should go back in a
+// message of their own now rather than ride on the next data message: the
+// peer is down to half its window by our count (it may be waiting for
+// them: data needs two), or a quarter of the window (at least 2) is
+// pending. A
+// ping-pong, whose replies carry the credits, sends no update at all (each
+// one would be a doorbell more per round trip).
 //
 // A 1.0/1.1 peer spends a credit on each credit update it receives and
-// earns one back when it reposts it: there the threshold is at least 2, so
+// earns one back when it reposts it: there at least 2 must be pending, so
 // that a lone update's receive never triggers an update in return.
-func (c *Conn) creditThreshold() int {
-	if c.features&wire.FeatureControlReserve != 0 {
-		return max(1, c.window/4)
+func (c *Conn) creditsUrgentLocked() bool {
+	min := 1
+	if c.features&wire.FeatureControlReserve == 0 {
+		min = 2
 	}
-	return max(2, c.window/4)
+	return c.pending >= min && (c.peerCredits <= c.window/2 || c.pending >= max(2, c.window/4))
 }
 
 // Read reads data from the connection. It returns io.EOF once the peer has
@@ -168,16 +174,16 @@ func (c *Conn) repostLocked() {
 // update is in flight already, its completion sends the rest.
 func (c *Conn) flushCredits() {
 	c.mu.Lock()
-	if c.pending > 0 && !c.qpDown {
+	if c.pending > 0 && !c.qpDown && c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
 	}
 	c.mu.Unlock()
 }
 
 // maybeSendCreditsLocked returns pending credits in a credit update when
-// enough have accumulated.
+// the peer may need them (creditsUrgentLocked).
 func (c *Conn) maybeSendCreditsLocked() {
-	if c.pending >= c.creditThreshold() {
+	if c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
 	}
 }
@@ -292,6 +298,14 @@ func (c *Conn) write(b []byte) (int, error) {
 		c.credits += unused
 		c.sqReserved -= k
 		c.sendFree = append(c.sendFree, slots[len(wrs):]...)
+		for i := range wrs {
+			if wrs[i].Flags&verbs.SendInline != 0 {
+				// The payload was copied into the request at post time (below,
+				// under c.mu): the buffer is free once posted.
+				c.sendFree = append(c.sendFree, slots[i])
+				slots[i] = -1
+			}
+		}
 		// Every data message carries the credits pending so far.
 		wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
 		c.grantedLocked()

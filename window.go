@@ -11,11 +11,11 @@ import "fmt"
 // reaches the Config's sizes:
 //
 //   - The receive window (the credits granted to the peer) doubles, up to
-//     Config.RecvBuffers, when the peer ran out of credits (it is at its
-//     last one, which data never uses) and the application has since
-//     consumed what arrived (at most a quarter of the window is still held
-//     by unread bytes or unreleased messages): then the window, not the
-//     reader, limits the peer. A slow reader does not grow it. The new
+//     Config.RecvBuffers, when the peer was down to half of it (by our
+//     count) and the application has since taken what arrived (at most a
+//     quarter of the window is unread): then the window, not the reader,
+//     limits the peer. A slow reader does not grow it, nor does a
+//     ping-pong whose replies return the credits at once. The new
 //     receives are posted and granted as ordinary returned credits, which
 //     every 1.x peer accepts.
 //   - The send ring doubles, up to Config.SendBuffers, when a writer has
@@ -46,7 +46,7 @@ type windowState struct {
 	window      int  // credited receive buffers posted for the peer (its window)
 	rvReserve   int  // receives posted for the peer's rendezvous done answers
 	peerCredits int  // credits the peer holds, by our count
-	peerStarved bool // the peer ran out of credits since the window last grew
+	peerStarved bool // the peer was down to half the window since it last grew
 }
 
 // windowTaken is called when the application takes a message or a
@@ -79,7 +79,7 @@ func (c *Conn) peerSpentLocked() bool {
 		c.failLocked(fmt.Errorf("%w: peer sent a message beyond the credits it was granted", ErrProtocol))
 		return false
 	}
-	if c.peerCredits <= 1 && !c.peerStarved {
+	if c.peerCredits <= c.window/2 && !c.peerStarved {
 		c.peerStarved = true
 		c.starvedHint.Store(true)
 	}
