@@ -383,7 +383,7 @@ func (p *PacketConn) ReadFromAddrPort(b []byte) (int, netip.AddrPort, error) {
 }
 
 func (p *PacketConn) readFrom(b []byte, op string) (int, netip.AddrPort, error) {
-	d, err := p.recvDatagram(nil, op)
+	d, err := p.recvDatagram(context.Background(), op)
 	if err != nil {
 		return 0, netip.AddrPort{}, err
 	}
@@ -496,7 +496,7 @@ func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	if err != nil {
 		return 0, p.opError("write", addr, err)
 	}
-	if err := p.send(nil, b, buffer.Buf{}, ap); err != nil {
+	if err := p.send(context.Background(), b, buffer.Buf{}, ap); err != nil {
 		return 0, p.opError("write", addr, err)
 	}
 	return len(b), nil
@@ -504,7 +504,7 @@ func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 
 // WriteToAddrPort is WriteTo with a netip.AddrPort (as net.UDPConn's).
 func (p *PacketConn) WriteToAddrPort(b []byte, addr netip.AddrPort) (int, error) {
-	if err := p.send(nil, b, buffer.Buf{}, addr); err != nil {
+	if err := p.send(context.Background(), b, buffer.Buf{}, addr); err != nil {
 		return 0, p.opError("write", &Addr{addr}, err)
 	}
 	return len(b), nil
