@@ -66,6 +66,7 @@ type PacketConn struct {
 	maxInline   int
 	nRecv       int
 	nSend       int
+	repostBatch int // receives posted together (maybeRepostLocked)
 	hdr         wire.DatagramHeader // put in front of every datagram
 	hdrBytes    []byte              // hdr encoded: the private data of our SIDR answers
 	replyBySIDR bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
@@ -269,6 +270,7 @@ func (p *PacketConn) setupQP(cfg *Config) error {
 		return err
 	}
 	p.nRecv, p.nSend = cfg.RecvBuffers, cfg.SendBuffers
+	p.repostBatch = max(1, min(16, p.nRecv/8))
 	p.entries = p.nRecv + p.nSend
 	pl, tok, err := p.dev.pollers.Attach(p.handleCompletions, p.entries)
 	if err != nil {
@@ -346,6 +348,16 @@ func (p *PacketConn) recvWR(i int) verbs.UDRecvWR {
 	return verbs.UDRecvWR{WRID: p.token | wrUDRecv | uint64(i),
 		HdrAddr: p.recvHdr.Addr() + uint64(i*udHdrSlot), HdrLen: udHdrSlot, HdrLKey: p.recvHdr.LKey(),
 		Addr: b.Addr(), Len: uint32(b.Cap()), LKey: b.LKey()}
+}
+
+// maybeRepostLocked posts the receives collected in recvWRs once there are
+// repostBatch of them: at most repostBatch-1 receive buffers ever wait,
+// neither posted nor with the user, and posting them costs a cgo call per
+// batch rather than per datagram.
+func (p *PacketConn) maybeRepostLocked() {
+	if len(p.recvWRs) >= p.repostBatch {
+		p.repostLocked()
+	}
 }
 
 // repostLocked posts the receives collected in recvWRs.
@@ -698,7 +710,7 @@ func (p *PacketConn) handleCompletions(wcs []verbs.WC) {
 		}
 		p.sendDoneLocked(wc, idx)
 	}
-	p.repostLocked()
+	p.maybeRepostLocked()
 	p.broadcast()
 	rel := p.toRelease
 	p.toRelease = p.toRelease[:0]
@@ -878,7 +890,7 @@ func (p *PacketConn) recycleRecv(idx int, b buffer.Buf) {
 		return
 	}
 	p.recvWRs = append(p.recvWRs, p.recvWR(idx))
-	p.repostLocked()
+	p.maybeRepostLocked()
 }
 
 // peerFor returns the cached peer for `to`, resolving its address first if
