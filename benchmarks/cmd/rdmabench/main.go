@@ -300,12 +300,29 @@ type runner struct {
 	Tool   *perftestTool // perftest
 }
 
+// runsAt reports whether the runner runs at size (UD ones only up to a
+// datagram's limit); where it does not, its cells read "-".
+func (r runner) runsAt(size int) bool {
+	max := 0
+	switch {
+	case r.Kind == "perftest":
+		max = r.Tool.MaxSize
+	case r.Case != nil:
+		max = r.Case.MaxSize
+	}
+	return max == 0 || size <= max
+}
+
 // Cmd describes what ran, for the JSON.
 func (r runner) Cmd(h *harness, size int) string {
 	iters := h.work.Iters(r.Metric, size)
 	switch r.Kind {
 	case "perftest":
-		return strings.Join(r.Tool.args(size, iters, h.depth), " ")
+		gid := -1 // the GID index is found at run time
+		if !r.Tool.rdmaCM() {
+			gid, _ = udGIDIndex(h.addr)
+		}
+		return strings.Join(r.Tool.args(size, iters, h.depth, gid), " ")
 	case "tcp":
 		return fmt.Sprintf("%s over TCP 127.0.0.1, size %d, iterations %d", r.Case.Name, size, iters)
 	}
@@ -371,7 +388,13 @@ type cell struct {
 func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell {
 	total := 0
 	for _, mp := range plan {
-		total += len(mp.Sizes) * h.reps * len(mp.runners())
+		for _, size := range mp.Sizes {
+			for _, r := range mp.runners() {
+				if r.runsAt(size) {
+					total += h.reps
+				}
+			}
+		}
 	}
 	pin := "not pinned"
 	if h.serverCPU >= 0 {
@@ -388,6 +411,9 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 				for _, r := range mp.runners() {
 					if ctx.Err() != nil {
 						return res
+					}
+					if !r.runsAt(size) {
+						continue
 					}
 					n++
 					k := cellKey{mp.Metric, size, r.Label}
