@@ -66,7 +66,7 @@ type PacketConn struct {
 	maxInline   int
 	nRecv       int
 	nSend       int
-	repostBatch int // receives posted together (maybeRepostLocked)
+	repostBatch int                 // receives posted together (maybeRepostLocked)
 	hdr         wire.DatagramHeader // put in front of every datagram
 	hdrBytes    []byte              // hdr encoded: the private data of our SIDR answers
 	replyBySIDR bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
