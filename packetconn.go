@@ -71,7 +71,8 @@ type PacketConn struct {
 	hdrBytes    []byte              // hdr encoded: the private data of our SIDR answers
 	replyBySIDR bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
 	maxPeers    int                 // udMaxPeers when made
-	peerTTL     time.Duration       // udPeerTTL when made
+	ttlTicks    int64               // udPeerTTL when made, in coarseClock ticks
+	clock       bool                // holds a coarseClock reference
 	closing     chan struct{}       // closed by Close
 	eventsDone  chan struct{}       // closed when eventLoop exits
 
@@ -143,13 +144,11 @@ type udPeer struct {
 	ah         *verbs.AH    // nil until the first send for a peer learned from a datagram
 	attr       verbs.AHAttr // a learned peer's address vector (from its datagram's GRH)
 	qpn, qkey  uint32
-	maxPayload int         // the largest payload the peer accepts
-	inflight   int         // sends through ah posted and not retired, and sends about to post
-	evicted    bool        // out of the cache: ah is destroyed when inflight reaches 0
-	heard      bool        // resolved or heard from since the last TTL tick
-	stale      bool        // a TTL passed without news: resolve again at the next send
-	refreshing bool        // a resolution for it is running
-	timer      *time.Timer // the TTL tick
+	maxPayload int   // the largest payload the peer accepts
+	inflight   int   // sends through ah posted and not retired, and sends about to post
+	evicted    bool  // out of the cache: ah is destroyed when inflight reaches 0
+	news       int64 // coarseNow() when it was last resolved or heard from
+	refreshing bool  // a resolution for it is running
 }
 
 // udSendEntry is a posted send, in posting order (the send queue completes
@@ -207,7 +206,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		sendWRs:     make([]verbs.UDSendWR, 1),
 		replyBySIDR: forceReplyBySIDR,
 		maxPeers:    udMaxPeers,
-		peerTTL:     udPeerTTL,
+		ttlTicks:    max(1, int64((udPeerTTL+coarseTick-1)/coarseTick)),
 	}
 	go p.eventLoop()
 	defer func() {
@@ -215,6 +214,10 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 			p.teardown()
 		}
 	}()
+	if err = acquireCoarseClock(); err != nil {
+		return nil, err
+	}
+	p.clock = true
 	if p.id, err = ch.CreateUDID(); err != nil {
 		return nil, err
 	}
@@ -780,7 +783,7 @@ func (p *PacketConn) parseLocked(wc *verbs.WC, idx int) (netip.AddrPort, bool) {
 func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, maxPayload int, g *wire.GRH) {
 	e, ok := p.peers.get(from)
 	if ok && e.qpn == srcQP {
-		e.heard = true
+		e.news = coarseNow()
 		e.maxPayload = maxPayload
 		return
 	}
@@ -800,7 +803,7 @@ func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, maxPayload i
 		p.peers.remove(from)
 		p.evictLocked(from, e)
 	}
-	p.addPeerLocked(&udPeer{addr: from, attr: attr, qpn: srcQP, qkey: p.qkey, maxPayload: maxPayload, heard: true})
+	p.addPeerLocked(&udPeer{addr: from, attr: attr, qpn: srcQP, qkey: p.qkey, maxPayload: maxPayload})
 }
 
 // replyAttr is the address vector back to a datagram's sender: its source
@@ -914,7 +917,7 @@ func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort) (*udPeer, e
 				}
 				e.ah = ah
 			}
-			if e.stale && !e.refreshing {
+			if !e.refreshing && coarseNow()-e.news > p.ttlTicks {
 				e.refreshing = true
 				p.bg.Add(1)
 				go p.refresh(e)
@@ -988,9 +991,9 @@ func (p *PacketConn) refresh(old *udPeer) {
 	defer p.mu.Unlock()
 	old.refreshing = false
 	if err != nil {
-		// Keep sending to the address known; the tick makes it stale
-		// again after a TTL without news, and the next send retries.
-		old.stale = false
+		// Keep sending to the address known; a send after another TTL
+		// without news tries again.
+		old.news = coarseNow()
 		return
 	}
 	if p.released || old.evicted {
@@ -1003,36 +1006,16 @@ func (p *PacketConn) refresh(old *udPeer) {
 }
 
 // addPeerLocked caches e (evicting the least recently used beyond
-// udMaxPeers) and starts its TTL tick.
+// udMaxPeers).
 func (p *PacketConn) addPeerLocked(e *udPeer) {
-	e.heard = true
+	e.news = coarseNow()
 	p.peers.put(e.addr, e)
-	e.timer = time.AfterFunc(p.peerTTL, func() { p.tick(e) })
-}
-
-// tick runs every peerTTL for each cached peer: one neither heard from
-// nor resolved since the last tick becomes stale.
-func (p *PacketConn) tick(e *udPeer) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.released || e.evicted {
-		return
-	}
-	if e.heard {
-		e.heard = false
-	} else {
-		e.stale = true
-	}
-	e.timer.Reset(p.peerTTL)
 }
 
 // evictLocked takes e out of use (it is no longer in the cache): its
 // address handle goes once no send through it is outstanding.
 func (p *PacketConn) evictLocked(_ netip.AddrPort, e *udPeer) {
 	e.evicted = true
-	if e.timer != nil {
-		e.timer.Stop()
-	}
 	if e.inflight == 0 && e.ah != nil {
 		e.ah.Close()
 		e.ah = nil
@@ -1264,6 +1247,9 @@ func (p *PacketConn) teardown() error {
 	if p.dev != nil {
 		p.dev.release()
 		p.dev.bufReturned()
+	}
+	if p.clock {
+		releaseCoarseClock()
 	}
 	return errors.Join(errs...)
 }
