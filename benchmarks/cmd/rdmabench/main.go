@@ -7,7 +7,9 @@
 //     ib_write_lat -R and TCP; one-way (half the round trip), median, p99, p99.9 µs;
 //   - bandwidth (4 KiB, 64 KiB, 1 MiB messages): our Conn.Write stream,
 //     ib_send_bw -R, ib_write_bw -R, ib_read_bw -R and TCP; MB/s with MB = 10^6 bytes;
-//   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP.
+//   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP;
+//   - datagrams (ud.go): our PacketConn's 8 B and 64 B ping-pong beside
+//     ib_send_lat -c UD, and its 64 B message rate beside ib_send_bw -c UD.
 //
 // Each case runs -reps times, interleaved with its baselines, and the median
 // of the repetitions is reported with the ratios ours/perftest and ours/TCP.
@@ -241,7 +243,8 @@ func usage() {
 	out := flag.CommandLine.Output()
 	fmt.Fprintf(out, "usage: rdmabench [flags]\n\n"+
 		"Measures this library's Conn against perftest (ib_send_lat/ib_write_lat/ib_send_bw/ib_write_bw/ib_read_bw -R)\n"+
-		"and TCP on 127.0.0.1: latency, bandwidth and message rate. Run it where an RDMA device exists,\n"+
+		"and TCP on 127.0.0.1: latency, bandwidth and message rate; its PacketConn against ib_send_lat/ib_send_bw -c UD.\n"+
+		"Run it where an RDMA device exists,\n"+
 		"e.g. scripts/softroce run -- .build/bin/rdmabench -quick. Flags:\n\n")
 	flag.VisitAll(func(f *flag.Flag) {
 		if hidden[f.Name] {
