@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -323,6 +324,14 @@ func TestPacketRefused(t *testing.T) {
 	}
 	if _, err := ListenPacket("rdma", "192.0.2.1:0"); !errors.Is(err, ErrNotRDMAAddress) {
 		t.Fatalf("ListenPacket on an address of no interface: %v", err)
+	}
+	// scripts/softroce puts this address on a netdev without RDMA.
+	if a := os.Getenv("RDMA_TEST_NONRDMA_ADDR"); a != "" {
+		_, err := ListenPacket("rdma", net.JoinHostPort(a, "0"))
+		if !errors.Is(err, ErrNotRDMAAddress) {
+			t.Fatalf("ListenPacket on %s (no RDMA there): %v", a, err)
+		}
+		t.Logf("ListenPacket on a netdev without RDMA: %v", err)
 	}
 	if _, err := p.WriteTo([]byte("x"), &net.IPAddr{IP: net.ParseIP(env.Addr)}); err == nil {
 		t.Fatal("WriteTo an address without a port succeeded")

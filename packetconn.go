@@ -243,7 +243,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 func (p *PacketConn) setupQP(cfg *Config) error {
 	ctx, err := p.id.Context()
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", ErrNotRDMAAddress, err) // bound, but to no RDMA device
 	}
 	port, err := ctx.QueryPort(p.id.PortNum())
 	if err != nil {
@@ -734,6 +734,9 @@ func (p *PacketConn) recvLocked(wc *verbs.WC, idx int) {
 		p.dropped.Add(1) // e.g. a datagram larger than the buffer: the QP goes on
 		p.recvWRs = append(p.recvWRs, p.recvWR(idx))
 		return
+	}
+	if p.msgsClosed {
+		return // the PacketConn failed: nothing more is delivered (teardown frees the buffer)
 	}
 	from, ok := p.parseLocked(wc, idx)
 	if !ok {
