@@ -41,6 +41,9 @@ type Case struct {
 	Packet bool
 	// MaxSize: the case runs only at sizes up to it (0: every size).
 	MaxSize int
+	// DefaultConfig: the two ends use the library's default Config (its
+	// window starts small and grows with traffic), not -depth buffers.
+	DefaultConfig bool
 }
 
 func register(c Case) { registry = append(registry, c) }
@@ -48,6 +51,10 @@ func register(c Case) { registry = append(registry, c) }
 func init() {
 	register(Case{Name: "conn-pingpong", Metric: Latency, Run: pingPong, TCP: true})
 	register(Case{Name: "conn-stream", Metric: Bandwidth, Run: stream, TCP: true})
+	// The same stream with rdma.Config{} as a service would dial it: the
+	// receive window starts at 4 credits and grows to the default 64, so
+	// this shows what autotuning reaches against the fixed -depth rings.
+	register(Case{Name: "conn-stream-default", Metric: Bandwidth, Run: stream, DefaultConfig: true})
 	register(Case{Name: "conn-msgrate", Metric: Rate, Run: msgRate, TCP: true})
 }
 

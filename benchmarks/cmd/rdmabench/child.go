@@ -57,6 +57,9 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		return runPacketChild(serve, connect, c, a, addr, depth, spin)
 	}
 	cfg := rdmaConfig(depth, spin)
+	if c.DefaultConfig {
+		cfg = rdma.Config{PollSpin: spin}
+	}
 	ctx := context.Background()
 	var conn net.Conn
 	if serve {
