@@ -52,12 +52,17 @@ type rxMsg struct {
 }
 
 // creditsUrgentLocked reports whether pending credits should go back in a
-// message of their own now rather than ride on the next data message: the
-// peer is down to half its window by our count (it may be waiting for
-// them: data needs two), or a quarter of the window (at least 2) is
-// pending. A
-// ping-pong, whose replies carry the credits, sends no update at all (each
-// one would be a doorbell more per round trip).
+// message of their own now rather than ride on the next data message: only
+// when the peer is down to half its window by our count (it may soon wait
+// for them: data needs two). Until then they wait for a data message to
+// carry them, so a Conn ping-pong, whose replies carry the credits, sends no
+// update at all. A write-with-immediate ping-pong, whose notifications
+// cannot carry credits (the immediate is the application's), sends one
+// update per half window, and each one finds the peer starved, so the
+// window grows (window.go) and updates get rarer: an update per quarter
+// window kept a window of 8 from ever reaching half, and sent an update
+// every second round trip (a doorbell, a signaled completion and a receive
+// more on each side), which doubled its latency.
 //
 // A 1.0/1.1 peer spends a credit on each credit update it receives and
 // earns one back when it reposts it: there at least 2 must be pending, so
@@ -67,7 +72,7 @@ func (c *Conn) creditsUrgentLocked() bool {
 	if c.features&wire.FeatureControlReserve == 0 {
 		min = 2
 	}
-	return c.pending >= min && (c.peerCredits <= c.window/2 || c.pending >= max(2, c.window/4))
+	return c.pending >= min && c.peerCredits <= c.window/2
 }
 
 // Read reads data from the connection. It returns io.EOF once the peer has
