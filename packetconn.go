@@ -1209,6 +1209,10 @@ func (p *PacketConn) teardown() error {
 		if p.sq[i].buf.Valid() {
 			rel = append(rel, p.sq[i].buf)
 		}
+		// A send still posted holds its peer: an evicted peer's address
+		// handle waits for it, and no completion comes now (the QP is
+		// gone), so the PD would stay busy and the device's teardown fail.
+		p.putPeerLocked(p.sq[i].peer)
 		p.sq[i] = udSendEntry{}
 	}
 	if p.peers != nil {
