@@ -1,0 +1,172 @@
+//go:build linux && cgo
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/rdmatest/baseline"
+	"github.com/verbline/rdma/internal/rdmatest/twoguest"
+)
+
+// lossy is the disturbance of the lossy tests, set on both hosts (each
+// direction of the wire): 3% of packets lost, and 1% sent ahead of the
+// others (netem reorders by delaying the rest, here by 1 ms).
+var lossy = []string{"loss", "3%", "delay", "1ms", "reorder", "1%"}
+
+// TestLossyStream: a stream each way at once through a Conn over the lossy
+// wire arrives intact (sha256 of what each side wrote equals that of what
+// the other read, byte counts equal); the transport retransmitted (the
+// requester's retry counter moved on both hosts: loss happened and was
+// repaired) and no receiver-not-ready retry happened (credits).
+func TestLossyStream(t *testing.T) { streamTest(t, lossy, int64(*streamMiB)<<20) }
+
+// TestCleanStream is TestLossyStream over the undisturbed wire: the rate
+// to compare with, and no retransmission expected.
+func TestCleanStream(t *testing.T) { streamTest(t, nil, int64(*cleanMiB)<<20) }
+
+func streamTest(t *testing.T, netem []string, n int64) {
+	env := twoguest.Require(t)
+	base, baseG := baseline.Take(t, env.Env)
+	peerBase := peerResources(t, env)
+	ln := listen(t, env)
+	if netem != nil {
+		env.Netem(t, netem...)
+	}
+	before := bothCounters(t, env)
+
+	timeout := transferTimeout(2 * n)
+	p := env.StartSelf(t, []string{"FAULTS_PEER=stream", "FAULTS_ADDR=" + ln.Addr().String(),
+		fmt.Sprintf("FAULTS_BYTES=%d", n), "FAULTS_TIMEOUT=" + timeout.String()}, "-test.run=^$")
+	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	mine, err := exchangeStream(ctx, c, seedA, n)
+	c.Close()
+	if err != nil {
+		t.Fatalf("after %v: %v", time.Since(start), err)
+	}
+	var theirs streamResult
+	peerResult(t, ctx, p, &theirs)
+	elapsed := time.Since(start)
+	if mine.Bytes != n || theirs.Bytes != n {
+		t.Fatalf("read %d bytes here and %d on the peer, want %d each", mine.Bytes, theirs.Bytes, n)
+	}
+	if mine.Recv != theirs.Sent {
+		t.Fatalf("peer to here: sha256 %s sent, %s received", theirs.Sent, mine.Recv)
+	}
+	if theirs.Recv != mine.Sent {
+		t.Fatalf("here to peer: sha256 %s sent, %s received", mine.Sent, theirs.Recv)
+	}
+	t.Logf("%d MiB each way, netem %v, in %v: here to peer %.2f MB/s, peer to here %.2f MB/s, %.2f MB/s both ways together",
+		n>>20, netem, elapsed.Round(time.Millisecond), float64(n)/theirs.ReadSecs/1e6, float64(n)/mine.ReadSecs/1e6,
+		float64(2*n)/elapsed.Seconds()/1e6)
+	checkCounters(t, env, before, netem != nil)
+
+	ln.Close()
+	rdmatest.CheckNoLeaks(t, base, baseG)
+	checkPeerResources(t, env, peerBase)
+}
+
+// TestLossyMessages: over the same lossy wire, the message view (sizes
+// below and above the receive buffers: eager and rendezvous) and one-sided
+// writes with immediate, both ways at once: every message and notification
+// arrives once, in order, intact, and nothing after the end.
+func TestLossyMessages(t *testing.T) {
+	env := twoguest.Require(t)
+	base, baseG := baseline.Take(t, env.Env)
+	peerBase := peerResources(t, env)
+	ln := listen(t, env)
+	env.Netem(t, lossy...)
+	before := bothCounters(t, env)
+
+	var perCycle int64
+	for _, s := range msgSizes {
+		perCycle += int64(s)
+	}
+	timeout := transferTimeout(2 * (int64(*msgCycles)*perCycle + slots*slotSize))
+	p := env.StartSelf(t, []string{"FAULTS_PEER=messages", "FAULTS_ADDR=" + ln.Addr().String(),
+		fmt.Sprintf("FAULTS_MESSAGES=%d", *msgCycles), "FAULTS_TIMEOUT=" + timeout.String()}, "-test.run=^$")
+	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	mine, err := exchangeMessages(ctx, c, seedA, seedB, *msgCycles)
+	c.Close()
+	if err != nil {
+		t.Fatalf("after %v: %v", time.Since(start), err)
+	}
+	var theirs msgResult
+	peerResult(t, ctx, p, &theirs)
+	want := *msgCycles * len(msgSizes)
+	if mine.Messages != want || theirs.Messages != want || mine.Writes != slots || theirs.Writes != slots {
+		t.Fatalf("here %+v, peer %+v; want %d messages and %d writes each", mine, theirs, want, slots)
+	}
+	t.Logf("%d messages (%d bytes) and %d one-sided writes each way over netem %v in %v",
+		want, mine.Bytes, slots, lossy, time.Since(start).Round(time.Millisecond))
+	checkCounters(t, env, before, true)
+
+	ln.Close()
+	rdmatest.CheckNoLeaks(t, base, baseG)
+	checkPeerResources(t, env, peerBase)
+}
+
+// transferTimeout bounds a lossy transfer of n bytes in all: at least
+// 20 KB/s (the measured rate is far above; see README), plus set-up time.
+func transferTimeout(n int64) time.Duration {
+	return rdmatest.Scale(30*time.Second) + time.Duration(n/20e3)*time.Second
+}
+
+type counterPair struct{ here, peer twoguest.Counters }
+
+func bothCounters(t *testing.T, env *twoguest.Env) counterPair {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	here, err := env.LocalCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := env.PeerCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counterPair{here, peer}
+}
+
+// checkCounters fails t if, since before, either host saw a
+// receiver-not-ready retry, or, with lossy, unless both hosts' requesters
+// retransmitted.
+func checkCounters(t *testing.T, env *twoguest.Env, before counterPair, lossy bool) {
+	t.Helper()
+	after := bothCounters(t, env)
+	here, peer := after.here.Sub(before.here), after.peer.Sub(before.peer)
+	t.Logf("counters here: retransmissions %d, sequence-error NAKs %d, duplicates %d, out of sequence %d, RNR %d; "+
+		"on the peer: %d, %d, %d, %d, %d",
+		here.Retransmissions(), here["rcvd_seq_err"], here["duplicate_request"], here["out_of_seq_request"], here.RNR(),
+		peer.Retransmissions(), peer["rcvd_seq_err"], peer["duplicate_request"], peer["out_of_seq_request"], peer.RNR())
+	if here.RNR() != 0 || peer.RNR() != 0 {
+		t.Errorf("receiver-not-ready retries happened (here %v, peer %v): flow control let a send reach an unposted receive", here, peer)
+	}
+	if lossy && (here.Retransmissions() == 0 || peer.Retransmissions() == 0) {
+		t.Errorf("no retransmission on one host (here %d, peer %d): the loss did not happen; is netem on %s and %s?",
+			here.Retransmissions(), peer.Retransmissions(), env.Netdev, env.PeerNetdev)
+	}
+}
+
+// peerResources counts the objects on the peer's device now.
+func peerResources(t *testing.T, env *twoguest.Env) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := env.PeerResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}

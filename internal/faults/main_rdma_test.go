@@ -1,0 +1,236 @@
+//go:build linux && cgo
+
+package faults
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/rdmatest/twoguest"
+)
+
+// The test binary is also the other end: on host B, StartSelf runs it with
+// FAULTS_PEER set to a role (see peerRoles) and FAULTS_ADDR to the address
+// of the listener on host A it dials.
+func TestMain(m *testing.M) {
+	if role := os.Getenv("FAULTS_PEER"); role != "" {
+		flag.Parse()
+		os.Exit(runPeer(role, os.Getenv("FAULTS_ADDR")))
+	}
+	os.Exit(m.Run())
+}
+
+var (
+	streamMiB = flag.Int("faults.stream-mib", 32, "MiB each way in TestLossyStream")
+	cleanMiB  = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
+	msgCycles = flag.Int("faults.msg-cycles", 3, "rounds of message sizes each way in TestLossyMessages")
+)
+
+// peerRoles are what host B's process can do once connected to host A.
+var peerRoles = map[string]func(ctx context.Context, c *rdma.Conn) (any, error){
+	"stream": func(ctx context.Context, c *rdma.Conn) (any, error) {
+		return exchangeStream(ctx, c, seedB, envInt64("FAULTS_BYTES"))
+	},
+	"messages": func(ctx context.Context, c *rdma.Conn) (any, error) {
+		return exchangeMessages(ctx, c, seedB, seedA, int(envInt64("FAULTS_MESSAGES")))
+	},
+	// flood writes until it dies and never reads: the peer that gets killed.
+	"flood": func(ctx context.Context, c *rdma.Conn) (any, error) {
+		buf := make([]byte, 256<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return nil, err
+			}
+		}
+	},
+	// echo sends one line and expects it back.
+	"echo": func(ctx context.Context, c *rdma.Conn) (any, error) {
+		msg := fmt.Sprintf("hello from pid %d\n", os.Getpid())
+		if _, err := io.WriteString(c, msg); err != nil {
+			return nil, err
+		}
+		got, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || got != msg {
+			return nil, fmt.Errorf("echo: got %q, %v; want %q", got, err, msg)
+		}
+		return got, nil
+	},
+}
+
+const seedA, seedB = 0xa, 0xb // the data each host sends is derived from its seed
+
+// testConfig is the Config both ends use.
+func testConfig() rdma.Config { return rdma.Config{} }
+
+// runPeer is host B's process: dial addr, play role, print the result as
+// a RESULT line (JSON) and exit 0, or print the error and exit 1.
+func runPeer(role, addr string) int {
+	play := peerRoles[role]
+	if play == nil {
+		fmt.Fprintf(os.Stderr, "unknown FAULTS_PEER role %q\n", role)
+		return 2
+	}
+	ctx := context.Background()
+	if s := os.Getenv("FAULTS_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	d := rdma.Dialer{Config: testConfig()}
+	nc, err := d.DialContext(ctx, "rdma", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peer dial:", err)
+		return 1
+	}
+	c := nc.(*rdma.Conn)
+	res, err := play(ctx, c)
+	if cerr := c.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "peer %s: %v\n", role, err)
+		return 1
+	}
+	b, _ := json.Marshal(res)
+	fmt.Printf("RESULT %s\n", b)
+	return 0
+}
+
+func envInt64(k string) int64 {
+	var n int64
+	fmt.Sscan(os.Getenv(k), &n)
+	return n
+}
+
+// peerResult waits for p to end and decodes its RESULT line into v.
+func peerResult(t *testing.T, ctx context.Context, p *twoguest.Proc, v any) {
+	t.Helper()
+	st, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatalf("%v: %v; output:\n%s", p, err, st.Output)
+	}
+	if st.Code != 0 {
+		t.Fatalf("%v: %v; output:\n%s", p, st, st.Output)
+	}
+	for _, line := range strings.Split(st.Output, "\n") {
+		if s, ok := strings.CutPrefix(line, "RESULT "); ok {
+			if err := json.Unmarshal([]byte(s), v); err != nil {
+				t.Fatalf("%v: bad result %q: %v", p, s, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%v printed no RESULT line; output:\n%s", p, st.Output)
+}
+
+// accept accepts one connection on ln, or fails t if p (the peer process
+// that should dial) ends first or nothing arrives within d.
+func accept(t *testing.T, ln *rdma.Listener, p *twoguest.Proc, d time.Duration) *rdma.Conn {
+	t.Helper()
+	type res struct {
+		c   *rdma.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.AcceptRDMA()
+		ch <- res{c, err}
+	}()
+	deadline := time.After(d)
+	for {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			return r.c
+		case <-deadline:
+			t.Fatalf("no connection from %v within %v", p, d)
+		case <-time.After(time.Second):
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			st, err := p.Status(ctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Exited {
+				t.Fatalf("%v ended (%v) before it connected; output:\n%s", p, st, st.Output)
+			}
+		}
+	}
+}
+
+// listen listens on this host's RDMA address with testConfig.
+func listen(t *testing.T, env *twoguest.Env) *rdma.Listener {
+	t.Helper()
+	lc := rdma.ListenConfig{Config: testConfig()}
+	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(env.Addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// fill fills b with the bytes of stream (seed, n).
+func fill(b []byte, seed, n uint64) {
+	var key [32]byte
+	binary.LittleEndian.PutUint64(key[:], seed)
+	binary.LittleEndian.PutUint64(key[8:], n)
+	rand.NewChaCha8(key).Read(b)
+}
+
+var errExtra = errors.New("more data than expected")
+
+// peerResources waits (scaled, up to 10 s) until the peer's device counts
+// equal base, and fails t if they do not.
+func checkPeerResources(t *testing.T, env *twoguest.Env, base map[string]int) {
+	t.Helper()
+	deadline := time.Now().Add(rdmatest.Scale(10 * time.Second))
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := env.PeerResources(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if equalCounts(res, base) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the peer's device %s holds %v, %v before the test", env.PeerDevice, res, base)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
