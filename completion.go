@@ -5,6 +5,7 @@ package rdma
 import (
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/verbs"
@@ -22,15 +23,20 @@ func (c *Conn) handleCompletions(wcs []verbs.WC) {
 	}
 	c.recvWRs = c.recvWRs[:0]
 	c.uncredited = 0
+	heard := false
 	for i := range wcs {
 		wc := &wcs[i]
 		idx := int(wc.WRID & wrIdxMask)
 		if wc.WRID&wrKindMask == wrRecv {
 			c.recvPosted--
+			heard = heard || wc.Status == verbs.WCSuccess
 			c.recvLocked(wc, idx)
 			continue
 		}
 		c.sqRetireLocked(idx, wc) // send queue: idx is the request's position
+	}
+	if heard && c.kaTimer != nil {
+		c.lastHeard = time.Now() // once per batch, and only with keepalive on
 	}
 	c.repostLocked()
 	c.maybeSendCreditsLocked()
@@ -91,6 +97,14 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err))
 		return
 	}
+	if kind == wire.KindKeepalive && c.features&wire.FeatureKeepalive != 0 {
+		// A probe, in the receive kept for it beyond the credits: repost
+		// that without granting a credit (the credits it carries count).
+		c.credits += int(credits)
+		c.uncredited++
+		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
+		return
+	}
 	if kind == wire.KindRendezvousDone {
 		// It came in a receive kept for it beyond the credits: repost that
 		// without granting a credit.
@@ -145,7 +159,7 @@ func (c *Conn) sendFailedLocked(wc *verbs.WC) {
 	}
 	err := wc.Err()
 	if wc.Status == verbs.WCRetryExcErr {
-		err = fmt.Errorf("peer unreachable (transport retries exhausted): %w", err)
+		err = &transportTimeout{cause: err}
 	}
 	c.failLocked(err)
 }

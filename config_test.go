@@ -17,7 +17,8 @@ var documentedDefaults = Config{
 	BufferSize:     32 << 10,
 	ConnectTimeout: 15 * time.Second,
 	CloseTimeout:   5 * time.Second,
-	RetryCount:     7,
+	RetryCount:     6,
+	KeepAlive:      15 * time.Second,
 	PollMode:       PollAdaptive,
 	PollSpin:       50 * time.Microsecond,
 	Backlog:        128,
@@ -43,6 +44,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 	in := Config{
 		RecvBuffers: 16, SendBuffers: 8, BufferSize: 4096, MaxMessageSize: 1 << 20,
 		ConnectTimeout: time.Second, CloseTimeout: 2 * time.Second, RetryCount: 3,
+		KeepAlive: -1, AckTimeout: 65 * time.Millisecond,
 		PollMode: PollBusy, PollSpin: time.Millisecond, Pollers: 2, PollCPUs: []int{3, 1},
 		PollNoPin: true, PoolMaxBytes: 64 << 20, Backlog: 7, HandshakeTimeout: 3 * time.Second,
 	}
@@ -67,7 +69,8 @@ func TestConfigMinimums(t *testing.T) {
 		{"BufferSize 10", Config{BufferSize: 10}, func(c Config) int { return c.BufferSize }, 64},
 		{"BufferSize 65", Config{BufferSize: 65}, func(c Config) int { return c.BufferSize }, 65},
 		{"RetryCount -1", Config{RetryCount: -1}, func(c Config) int { return c.RetryCount }, 1},
-		{"RetryCount 9", Config{RetryCount: 9}, func(c Config) int { return c.RetryCount }, 7},
+		{"RetryCount 9", Config{RetryCount: 9}, func(c Config) int { return c.RetryCount }, 6},
+		{"RetryCount 7", Config{RetryCount: 7}, func(c Config) int { return c.RetryCount }, 6},
 		{"RetryCount 1", Config{RetryCount: 1}, func(c Config) int { return c.RetryCount }, 1},
 		{"Backlog -3", Config{Backlog: -3}, func(c Config) int { return c.Backlog }, 1},
 	} {
@@ -106,4 +109,19 @@ func TestAddr(t *testing.T) {
 		t.Errorf("nil *Addr: %q", nilAddr.String())
 	}
 	var _ net.Addr = nilAddr
+}
+
+func TestAckTimeoutExp(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want uint8
+	}{
+		{time.Nanosecond, 1}, {8192 * time.Nanosecond, 1}, {8193 * time.Nanosecond, 2},
+		{30 * time.Millisecond, 13}, {time.Second, 18}, {1073741824 * time.Nanosecond, 18},
+		{1073741825 * time.Nanosecond, 19}, {100 * time.Hour, 31},
+	} {
+		if got := ackTimeoutExp(tc.d); got != tc.want {
+			t.Errorf("ackTimeoutExp(%v) = %d (%v), want %d (%v)", tc.d, got, ackTimeoutOf(got), tc.want, ackTimeoutOf(tc.want))
+		}
+	}
 }

@@ -3,7 +3,9 @@
 package rdma
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,7 +28,8 @@ type Conn struct {
 	id           *rdmacm.ID
 	ep           *endpoint
 	dev          *device
-	peerBufSize  int // chunk size for sends: the peer's receive buffer size, capped by ours
+	port         uint8 // the device port the connection runs on
+	peerBufSize  int   // chunk size for sends: the peer's receive buffer size, capped by ours
 	// features are the optional protocol features both sides announced
 	// (internal/wire/PROTOCOL.md): only these may be used.
 	features   wire.Features
@@ -54,6 +57,7 @@ type Conn struct {
 	messageState                   // message.go: received messages lent to the user, zero-copy sends
 	oneSidedState                  // onesided.go: operations in flight, exports
 	rendezvousState                // rendezvous.go: messages larger than the peer's receive buffers
+	keepaliveState                 // keepalive.go: idle probes
 	recvPosted      int            // receives posted and not completed
 	closed          bool           // Close was called
 	qpDown          bool           // the QP was moved to ERR
@@ -78,14 +82,15 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		rdDeadline: makeDeadline(),
 		wrDeadline: makeDeadline(),
 		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
-		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous),
+		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+keepaliveReserve),
 	}
-	c.rq = make([]rxMsg, cfg.RecvBuffers+maxRendezvous) // every receive posted
 	ep, err := newEndpoint(id, cfg, c.handleCompletions)
 	if err != nil {
 		return nil, err
 	}
 	c.ep = ep
+	c.port = id.PortNum()
+	c.rq = make([]rxMsg, ep.nRecv) // every receive posted
 	c.sq = make([]sqEntry, ep.sqDepth)
 	// Counted before the handshake posts them: a receive may complete (the
 	// peer's first message) before start runs, and its completion must
@@ -93,6 +98,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	c.recvPosted = ep.nRecv
 	c.dev = ep.dev
 	c.initMessages()
+	c.dev.addConn(c)
 	return c, nil
 }
 
@@ -115,6 +121,7 @@ func (c *Conn) start() {
 	c.laddr = &Addr{c.id.LocalAddr()}
 	c.raddr = &Addr{c.id.PeerAddr()}
 	c.mu.Unlock()
+	c.startKeepalive()
 	go c.eventLoop()
 }
 
@@ -123,6 +130,7 @@ func (c *Conn) abort() {
 	c.mu.Lock()
 	c.released = true
 	c.mu.Unlock()
+	c.dev.removeConn(c)
 	c.ep.close() // the QP first: receives may be posted
 	c.mu.Lock()
 	c.freeRecvRingLocked()
@@ -190,7 +198,7 @@ func (c *Conn) shutdown() error {
 	// Writers saw c.closing and left; take writeMu so the FIN follows their data.
 	c.writeMu.Lock()
 	deadline := time.Now().Add(c.cfg.CloseTimeout)
-	c.sendFIN(c.cfg.CloseTimeout)
+	finErr := c.sendFIN(c.cfg.CloseTimeout)
 	c.writeMu.Unlock()
 
 	// Wait until every send is acknowledged (delivered into the peer's
@@ -199,6 +207,7 @@ func (c *Conn) shutdown() error {
 	c.mu.Lock()
 	for (c.sqInFlight > 0 || c.rvOut > 0) && !c.qpDown && c.closeWaitLocked(&w, deadline) {
 	}
+	deliveryErr := c.undeliveredLocked(finErr)
 	c.qpDownLocked()
 	c.mu.Unlock()
 	c.id.Disconnect()
@@ -210,13 +219,49 @@ func (c *Conn) shutdown() error {
 	}
 	c.mu.Unlock()
 	w.End()
-	return c.release()
+	if err := c.release(); err != nil && deliveryErr == nil {
+		return err
+	}
+	return deliveryErr
 }
+
+// undeliveredLocked is Close's report on what it could not deliver: the
+// end of stream or data still unacknowledged when Config.CloseTimeout ran
+// out (a timeout), or lost to a peer that became unreachable. A peer that
+// closed or reset the connection itself is not an error (as for TCP).
+// Called with c.mu held, after the wait for acknowledgements.
+func (c *Conn) undeliveredLocked(finErr error) error {
+	var ct *closeTimeout
+	var tt *transportTimeout
+	switch {
+	case errors.As(finErr, &ct):
+		return finErr
+	case errors.As(c.werr, &tt):
+		return c.werr
+	case !c.qpDown && c.sqInFlight > 0:
+		return &closeTimeout{"data written before Close was not acknowledged by the peer"}
+	case !c.qpDown && c.rvOut > 0:
+		return &closeTimeout{"the peer did not read every large message sent before Close"}
+	}
+	return nil
+}
+
+// closeTimeout is Close's (or CloseWrite's) error when Config.CloseTimeout
+// ran out before what was written reached the peer. It is a timeout, and
+// matches os.ErrDeadlineExceeded.
+type closeTimeout struct{ what string }
+
+func (e *closeTimeout) Error() string {
+	return "timed out after Config.CloseTimeout: " + e.what + " (it stopped reading; the connection was torn down anyway)"
+}
+func (e *closeTimeout) Timeout() bool        { return true }
+func (e *closeTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }
 
 // release detaches from the poller and destroys every object in reverse order.
 func (c *Conn) release() error {
 	c.mu.Lock()
 	c.released = true // from here on the poller's completions for us are ignored
+	c.stopKeepaliveLocked()
 	c.closeMessagesLocked()
 	exports := c.exports
 	c.exports = nil
@@ -268,6 +313,7 @@ func (c *Conn) release() error {
 	if c.chanUser.Load() {
 		c.ep.poller.RemoveChannelUser()
 	}
+	c.dev.removeConn(c)
 	err := c.ep.close() // destroys the QP: nothing touches our memory after this
 	c.mu.Lock()
 	c.freeRecvRingLocked()
@@ -309,10 +355,21 @@ func (c *Conn) failLocked(err error) {
 // disconnect (a close, or its process dying) ends the connection.
 func (c *Conn) eventLoop() {
 	defer close(c.eventsDone)
+	defer func() {
+		if err := c.ch.Err(); err != nil { // not our Close: the channel failed
+			c.mu.Lock()
+			c.failLocked(err)
+			c.mu.Unlock()
+		}
+	}()
 	for ev := range c.ch.Events() {
 		switch ev.Type {
 		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
 			c.mu.Lock()
+			if ev.Type == rdmacm.EventDeviceRemoval {
+				c.failLocked(&deviceFailed{"the connection's RDMA device was removed (rdma link delete, driver unload " +
+					"or a fatal device error): dial again once a device serves the address"})
+			}
 			if c.werr == nil {
 				c.werr = syscall.ECONNRESET
 			}

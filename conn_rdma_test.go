@@ -80,6 +80,9 @@ func checkLeaksAtEnd(t testing.TB) {
 		res := rdmatest.Resources(t)
 		base["pd"] = res["pd"]
 		rdmatest.CheckNoLeaks(t, base, baseG)
+		if err := teardownErr.Swap(nil); err != nil {
+			t.Errorf("a device teardown failed: %v", *err)
+		}
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/verbline/rdma/buffer"
@@ -28,7 +29,8 @@ type device struct {
 	// windows: the device has type 2 memory windows, so a message larger
 	// than the peer's receive buffers can be lent to the peer for one RDMA
 	// READ (rendezvous.go) without registering memory on the data path.
-	windows bool
+	windows    bool
+	faultState // faults.go: async events, the connections they affect
 }
 
 // pollerConfig is the device pollers' share of the Config.
@@ -57,6 +59,9 @@ var devices struct {
 func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
+	if err := fatalDevices[ctx.Key()]; err != nil {
+		return nil, err
+	}
 	if d := devices.m[ctx.Key()]; d != nil {
 		d.refs++
 		return d, nil
@@ -88,7 +93,12 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 		TrackAllocations: trackAllocations, OnIdle: onIdle}); err != nil {
 		return nil, err
 	}
-	if d.pollers, err = poller.NewGroup(ctx, cfg.pollerConfig()); err != nil {
+	pc := cfg.pollerConfig()
+	pc.OnFail = d.pollerFailed
+	if d.pollers, err = poller.NewGroup(ctx, pc); err != nil {
+		return nil, err
+	}
+	if err = d.startFaults(); err != nil {
 		return nil, err
 	}
 	if devices.m == nil {
@@ -125,10 +135,20 @@ func (d *device) maybeTeardownLocked() {
 	// Not here: this may run on a poller's goroutine (a buffer released by a
 	// completion) or under a Conn's lock while a poller waits for that lock,
 	// and teardown waits for the pollers to stop.
-	go d.teardown()
+	go func() {
+		if err := d.teardown(); err != nil {
+			teardownErr.Store(&err) // the tests' leak checks report it
+		}
+	}()
 }
 
+// teardownErr is the last error of a device teardown (destroying the CQs,
+// deregistering the pool, deallocating the PD), which no caller is left
+// to receive: it means something still held the device.
+var teardownErr atomic.Pointer[error]
+
 func (d *device) teardown() error {
+	d.stopFaults()
 	var errs []error
 	if d.pollers != nil {
 		errs = append(errs, d.pollers.Close())

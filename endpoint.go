@@ -31,22 +31,26 @@ type endpoint struct {
 	maxMsgs, maxOps       int // zero-copy messages and one-sided operations in flight
 	maxInline             int // largest payload sent inline (copied into the work request)
 	sqDepth               int
+	ackTimeout            uint8 // the QP's local ACK timeout exponent (0: rdma_cm's)
+	retryCnt              uint8
+	ackTimeoutSet         uint8 // what the QP got at RTS (for the detection bound)
 	closed                bool
 }
 
 // Work-request ids: [token:24][kind:8][index:32].
 const (
-	wrRecv     = 1 << 32
-	wrSendData = 2 << 32
-	wrSendCtl  = 3 << 32
-	wrSendMsg  = 4 << 32
-	wrOneSided = 5 << 32
-	wrSendRv   = 6 << 32 // a rendezvous announcement (index: send slot)
-	wrBind     = 7 << 32 // a window bind (index: send slot)
-	wrInval    = 8 << 32 // a window invalidate (index: send slot)
-	wrReadRv   = 9 << 32 // a rendezvous READ (index: receive buffer)
-	wrKindMask = 0xff << 32
-	wrIdxMask  = 0xffffffff
+	wrRecv      = 1 << 32
+	wrSendData  = 2 << 32
+	wrSendCtl   = 3 << 32
+	wrSendMsg   = 4 << 32
+	wrOneSided  = 5 << 32
+	wrSendRv    = 6 << 32  // a rendezvous announcement (index: send slot)
+	wrBind      = 7 << 32  // a window bind (index: send slot)
+	wrInval     = 8 << 32  // a window invalidate (index: send slot)
+	wrReadRv    = 9 << 32  // a rendezvous READ (index: receive buffer)
+	wrSendProbe = 10 << 32 // a keepalive probe
+	wrKindMask  = 0xff << 32
+	wrIdxMask   = 0xffffffff
 )
 
 // ctlReserve is the send-queue room kept for control messages (credit
@@ -70,8 +74,11 @@ const maxOneSided = 16
 const maxRendezvous = 8
 
 func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err error) {
-	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers + maxRendezvous, nSend: cfg.SendBuffers,
-		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided}
+	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers + maxRendezvous + keepaliveReserve, nSend: cfg.SendBuffers,
+		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided, retryCnt: uint8(cfg.RetryCount)}
+	if cfg.AckTimeout > 0 {
+		e.ackTimeout = ackTimeoutExp(cfg.AckTimeout)
+	}
 	e.sqDepth = e.nSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
 	defer func() {
 		if err != nil {
@@ -99,6 +106,9 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	e.lim = port.Limits(devAttr)
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
+	}
+	if err = e.dev.usable(id.PortNum()); err != nil {
+		return nil, err // fail fast: the port is down, or the device failed
 	}
 	e.entries = e.nRecv + e.sqDepth
 	p, tok, err := e.dev.pollers.Attach(h, e.entries)
@@ -153,6 +163,17 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 			// with remote rights.
 			attr.AccessFlags |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 			mask |= verbs.AttrAccessFlags
+		}
+		if s == verbs.StateRTS {
+			// Each side's own Config sets its transport timeout and
+			// retries (rdma_cm would give the passive side the dialer's).
+			attr.RetryCnt = e.retryCnt
+			mask |= verbs.AttrRetryCnt
+			if e.ackTimeout > 0 {
+				attr.Timeout = e.ackTimeout
+				mask |= verbs.AttrTimeout
+			}
+			e.ackTimeoutSet = attr.Timeout
 		}
 		if err := e.qp.Modify(&attr, mask, e.lim); err != nil {
 			return err

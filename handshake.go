@@ -43,8 +43,14 @@ func (c *Conn) hello() []byte {
 // those both sides support (wire.Negotiate), which is all either side may
 // use on the connection. A peer of a later minor version announces
 // features this side does not know; they drop out here.
-func agreed(peer wire.Hello) wire.Hello {
-	peer.Features = wire.Negotiate(wire.Supported, peer.Features)
+// ours is the Hello this side sent: its features are what it announced
+// (in tests, a peer of another version announces fewer).
+func agreed(ours []byte, peer wire.Hello) wire.Hello {
+	announced := wire.Supported
+	if h, err := wire.ParseHello(ours); err == nil {
+		announced = h.Features
+	}
+	peer.Features = wire.Negotiate(announced, peer.Features)
 	return peer
 }
 
@@ -186,7 +192,8 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		return nil, err
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
-	if err = id.Connect(rdmacm.ConnParam{PrivateData: hello(c), ResponderResources: depth, InitiatorDepth: depth,
+	ours := hello(c)
+	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
 		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
@@ -200,7 +207,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
-	c.setPeer(agreed(peer))
+	c.setPeer(agreed(ours, peer))
 	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, err
 	}
@@ -251,7 +258,8 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if c, err = newConn(cfg, ch, child); err != nil {
 		return nil, fail(err)
 	}
-	c.setPeer(agreed(peer))
+	ours := hello(c)
+	c.setPeer(agreed(ours, peer))
 	ep := c.ep
 	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, fail(err)
@@ -260,7 +268,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		return nil, fail(err)
 	}
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
-	if err = child.Accept(rdmacm.ConnParam{PrivateData: hello(c), ResponderResources: depth, InitiatorDepth: depth,
+	if err = child.Accept(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
 		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}

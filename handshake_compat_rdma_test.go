@@ -97,7 +97,7 @@ func TestHandshakeCompatDial(t *testing.T) {
 			c.Close()
 			t.Fatal("a dialer of major version 2 was accepted")
 		}
-		want := "dialer speaks verbline wire protocol 2.5, this listener 1.1: the major versions must match"
+		want := "dialer speaks verbline wire protocol 2.5, this listener 1.2: the major versions must match"
 		if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "(version)") {
 			t.Fatalf("dialer's error %q, want ErrHandshake with %q (version)", err, want)
 		}
@@ -155,8 +155,8 @@ func TestHandshakeCompatListen(t *testing.T) {
 			t.Fatal("Dial accepted a listener of major version 2")
 		}
 		if !errors.Is(err, ErrHandshake) || !errors.Is(err, wire.ErrVersion) ||
-			!strings.Contains(err.Error(), "peer speaks verbline wire protocol 2.5, this side 1.1") {
-			t.Fatalf("dial error %q, want ErrHandshake and wire.ErrVersion naming 2.5 and 1.1", err)
+			!strings.Contains(err.Error(), "peer speaks verbline wire protocol 2.5, this side 1.2") {
+			t.Fatalf("dial error %q, want ErrHandshake and wire.ErrVersion naming 2.5 and 1.2", err)
 		}
 		t.Log(err)
 		r := <-accepted
@@ -164,7 +164,7 @@ func TestHandshakeCompatListen(t *testing.T) {
 			r.c.Close()
 			t.Fatal("the listener's side came up although the dialer refused it")
 		}
-		want := "listener speaks verbline wire protocol 2.5, this dialer 1.1"
+		want := "listener speaks verbline wire protocol 2.5, this dialer 1.2"
 		if !strings.Contains(r.err.Error(), want) || !strings.Contains(r.err.Error(), "(version)") {
 			t.Fatalf("listener's side: %q, want the dialer's reject %q (version)", r.err, want)
 		}
@@ -176,7 +176,7 @@ func TestHandshakeCompatListen(t *testing.T) {
 func TestHandshakeAgreed(t *testing.T) {
 	for _, f := range []wire.Features{0, ^wire.Features(0), 1 << 31, wire.Supported} {
 		peer := wire.Hello{Version: wire.Version, Minor: 9, Credits: 4, RecvBufSize: 4096, Features: f}
-		got := agreed(peer)
+		got := agreed((&wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 1, RecvBufSize: 64, Features: wire.Supported}).AppendTo(nil), peer)
 		if got.Features != wire.Supported&f {
 			t.Errorf("peer announcing %v: agreed %v, want %v", f, got.Features, wire.Supported&f)
 		}

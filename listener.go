@@ -38,6 +38,11 @@ type Listener struct {
 	loopDone chan struct{}
 	closeErr error
 	once     sync.Once
+	// failed is closed when the listener can accept no more (its device
+	// went away, its event channel failed); failErr says why.
+	failed   chan struct{}
+	failErr  error
+	failOnce sync.Once
 }
 
 // handshakeRun is one handshake in progress.
@@ -68,6 +73,16 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 		admit:    admit,
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
+		failed:   make(chan struct{}),
+	}
+	if ctx, cerr := id.Context(); cerr == nil { // bound to one device's address (not a wildcard)
+		devices.mu.Lock()
+		ferr := fatalDevices[ctx.Key()]
+		devices.mu.Unlock()
+		if ferr != nil {
+			return nil, ferr
+		}
+		registerListener(l, ctx.Key())
 	}
 	go l.loop()
 	return l, nil
@@ -78,6 +93,10 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 func (l *Listener) loop() {
 	defer close(l.loopDone)
 	for ev := range l.ch.Events() {
+		if ev.Type == rdmacm.EventDeviceRemoval {
+			l.fail(&deviceFailed{fmt.Sprintf("the RDMA device under %v was removed (rdma link delete, driver unload or a fatal device error): listen again once it is back", l.addr)})
+			continue
+		}
 		if ev.Type != rdmacm.EventConnectRequest {
 			continue
 		}
@@ -113,6 +132,18 @@ func (l *Listener) loop() {
 		l.mu.Unlock()
 		go l.handshake(ctx, run, ev)
 	}
+	if err := l.ch.Err(); err != nil {
+		l.fail(err) // not Close: reading connect requests failed
+	}
+}
+
+// fail makes Accept return err from now on (connections already queued
+// are still handed out first). The first error wins.
+func (l *Listener) fail(err error) {
+	l.failOnce.Do(func() {
+		l.failErr = err
+		close(l.failed)
+	})
 }
 
 // finished takes run off the handshakes in progress (if it is still there)
@@ -177,6 +208,13 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 	select {
 	case c := <-l.acceptq:
 		return c, nil
+	case <-l.failed:
+		select {
+		case c := <-l.acceptq:
+			return c, nil
+		default:
+		}
+		return nil, &net.OpError{Op: "accept", Net: "rdma", Addr: l.addr, Err: l.failErr}
 	case <-l.closing:
 		// Connections that completed before Close are still handed out.
 		select {
@@ -199,6 +237,7 @@ func (l *Listener) Close() error {
 		l.closed = true
 		close(l.closing)
 		l.mu.Unlock()
+		unregisterListener(l)
 		err := l.id.Destroy()
 		l.pending.Wait()
 		l.ch.Close()

@@ -187,8 +187,32 @@ type Config struct {
 	// (and the end-of-stream mark) before it tears the connection down.
 	// 0 means 5 s.
 	CloseTimeout time.Duration
-	// RetryCount is the RC transport retry count sent to the peer (how often a
-	// lost packet is retransmitted before the connection fails). 0 means 7.
+	// KeepAlive is how long a connection may hear nothing from its peer
+	// before it probes it, as net.Dialer.KeepAlive; the probes repeat at
+	// that interval while the connection stays silent. 0 means 15 s; a
+	// negative value disables them. A probe is a zero-length send into a
+	// receive buffer the peer keeps posted for it: its NIC acknowledges it
+	// without the peer's application taking part, so a slow reader is never
+	// mistaken for a dead peer, and a connection that carries traffic sends
+	// none. A probe the peer's NIC does not acknowledge fails after the
+	// transport's retries: a peer that vanished (host off, partition) is
+	// detected within KeepAlive + AckTimeout x (RetryCount + 1), and blocked
+	// and later calls fail with an error wrapping syscall.ETIMEDOUT
+	// ("connection timed out"), as TCP's keepalive does. Probes need a peer
+	// of protocol 1.2 or later (the keepalive feature); with an older one
+	// none is sent.
+	KeepAlive time.Duration
+	// AckTimeout is the RC transport's local ACK timeout: how long the NIC
+	// waits for an acknowledgement before it retransmits. Devices count it
+	// as 4.096 µs x 2^n (n = 1..31): it is rounded up to that. 0 means the
+	// value rdma_cm derives from the path (measured on Soft-RoCE with
+	// Linux 6.1: n = 19, about 2.1 s, so with the default RetryCount a
+	// vanished peer is detected within 15 s + 7 x 2.1 s, about 30 s).
+	AckTimeout time.Duration
+	// RetryCount is how often the RC transport retransmits an unacknowledged
+	// packet before the connection fails (1..6). 0 means 6. (7 is not
+	// offered: some devices, Soft-RoCE among them, take it to mean "retry
+	// forever", so a vanished peer would never be detected.)
 	RetryCount int
 	// PollMode is how completions are waited for. PollAdaptive (the zero
 	// value): a goroutine that waits for a completion (Read, Write waiting
@@ -255,9 +279,15 @@ func (c *Config) withDefaults() Config {
 	def(&out.RecvBuffers, 64, 4)
 	def(&out.SendBuffers, 64, 2)
 	def(&out.BufferSize, 32<<10, 64)
-	def(&out.RetryCount, 7, 1)
-	if out.RetryCount > 7 {
-		out.RetryCount = 7
+	def(&out.RetryCount, 6, 1)
+	if out.RetryCount > 6 {
+		out.RetryCount = 6
+	}
+	if out.KeepAlive == 0 {
+		out.KeepAlive = 15 * time.Second // net.Dialer's default
+	}
+	if out.AckTimeout < 0 {
+		out.AckTimeout = 0
 	}
 	def(&out.Backlog, 128, 1)
 	if out.ConnectTimeout == 0 {

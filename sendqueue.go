@@ -96,6 +96,9 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 		c.sendFailedLocked(wc)
 	case wrSendCtl, wrSendRv, wrBind:
 		c.sendFailedLocked(wc)
+	case wrSendProbe:
+		c.probeOut = false
+		c.sendFailedLocked(wc)
 	case wrSendMsg:
 		c.sendFailedLocked(wc)
 		c.msgDoneLocked(e.idx, wc.Err())

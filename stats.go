@@ -28,6 +28,13 @@ type ConnStats struct {
 	// waits that spent their spin budget and slept; Arms counts requests
 	// for a completion event.
 	InlinePolls, EmptyPolls, Parks, Arms uint64
+	// KeepaliveProbes counts the keepalive probes this side sent
+	// (Config.KeepAlive): none while the peer is heard from.
+	KeepaliveProbes uint64
+	// DeviceEvents counts the asynchronous events (port down and up,
+	// queue pair and CQ errors, device fatal) the connection's device
+	// reported since it was opened.
+	DeviceEvents uint64
 }
 
 // Stats returns the connection's counters.
@@ -39,5 +46,12 @@ func (c *Conn) Stats() ConnStats {
 		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
 		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
 		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
-		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
+		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms,
+		KeepaliveProbes: c.keepaliveProbes(), DeviceEvents: c.dev.events.Load()}
+}
+
+func (c *Conn) keepaliveProbes() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.probes
 }

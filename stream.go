@@ -3,7 +3,6 @@
 package rdma
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -336,7 +335,7 @@ func (c *Conn) sendFIN(timeout time.Duration) error {
 			return nil
 		}
 		if !c.closeWaitLocked(&w, until) {
-			return errors.New("timed out waiting for the peer to grant a receive buffer for end-of-stream")
+			return &closeTimeout{"the peer granted no receive buffer for the end-of-stream mark"}
 		}
 	}
 }

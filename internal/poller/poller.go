@@ -62,6 +62,11 @@ type Config struct {
 	// 0 = 1 ms. While callers poll, the CQ stays unarmed: an armed CQ would
 	// wake the poller for completions the callers take themselves.
 	Idle time.Duration
+	// OnFail, if set, is called once (on a goroutine of its own) when a
+	// poller fails: polling or arming its CQ, or reading its completion
+	// channel, returned an error. The poller takes no new connections;
+	// those attached to it get no more completions and must be failed.
+	OnFail func(*Poller, error)
 }
 
 // Stats counts a poller's work. Polls made by callers and by the poller's
@@ -93,6 +98,7 @@ type Poller struct {
 	stop     atomic.Bool
 	done     chan struct{}
 	pinErr   atomic.Pointer[error]
+	failErr  atomic.Pointer[error] // set once by Fail
 
 	owner    atomic.Bool   // held while polling and dispatching
 	inline   []verbs.WC    // the owner's batch when a caller polls
@@ -208,8 +214,8 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 	}
 	var best *Poller
 	for _, p := range g.pollers {
-		if p.reserved+entries > g.cfg.MaxCQE {
-			continue // full: its CQ cannot grow that far
+		if p.reserved+entries > g.cfg.MaxCQE || p.Err() != nil {
+			continue // full (its CQ cannot grow that far), or failed
 		}
 		if best == nil || p.handlers.count < best.handlers.count {
 			best = p
@@ -232,6 +238,27 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 	}
 	best.reserved += entries
 	return best, best.handlers.add(h), nil
+}
+
+// Fail records that the poller cannot go on (the first error wins): it
+// takes no new connections, and Config.OnFail is told so that those
+// attached to it are failed rather than left waiting for completions.
+func (p *Poller) Fail(err error) {
+	err = fmt.Errorf("completion queue poller failed: %w", err)
+	if !p.failErr.CompareAndSwap(nil, &err) {
+		return
+	}
+	if f := p.g.cfg.OnFail; f != nil {
+		go f(p, err)
+	}
+}
+
+// Err is why the poller failed, or nil.
+func (p *Poller) Err() error {
+	if e := p.failErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Detach removes a handler; completions still queued for it are dropped.
@@ -333,12 +360,16 @@ func (p *Poller) release(wcs []verbs.WC) {
 		if !p.owner.CompareAndSwap(false, true) {
 			return // the new owner inherits the duty
 		}
-		if p.arm() != nil {
+		if err := p.arm(); err != nil {
 			p.owner.Store(false)
+			p.Fail(err)
 			return
 		}
 		if n, err := p.pollOwned(wcs, 0); err != nil || n == 0 {
 			p.owner.Store(false)
+			if err != nil {
+				p.Fail(err)
+			}
 			return
 		}
 	}
@@ -369,6 +400,7 @@ func (p *Poller) run(started chan<- struct{}) {
 	close(started)
 	rc, err := p.file.SyscallConn()
 	if err != nil {
+		p.Fail(err)
 		return
 	}
 	wcs := make([]verbs.WC, 64)
@@ -395,6 +427,7 @@ func (p *Poller) run(started chan<- struct{}) {
 				p.polls.Add(1)
 				p.release(wcs)
 				if err != nil {
+					p.Fail(err)
 					return
 				}
 				if n > 0 {
@@ -412,6 +445,7 @@ func (p *Poller) run(started chan<- struct{}) {
 				p.polls.Add(1)
 				if err != nil {
 					p.owner.Store(false)
+					p.Fail(err)
 					return
 				}
 				found += n
@@ -431,14 +465,16 @@ func (p *Poller) run(started chan<- struct{}) {
 			if mode == Event || !driven {
 				// Nobody drives the CQ: arm it, poll once more (a
 				// completion before the arm raises no event), sleep.
-				if p.arm() != nil {
+				if err := p.arm(); err != nil {
 					p.owner.Store(false)
+					p.Fail(err)
 					return
 				}
 				n, err := p.pollOwned(wcs, 0)
 				p.polls.Add(1)
 				if err != nil {
 					p.owner.Store(false)
+					p.Fail(err)
 					return
 				}
 				p.owner.Store(false)
@@ -459,8 +495,16 @@ func (p *Poller) run(started chan<- struct{}) {
 		}
 		events = 0
 		werr := rc.Read(takeEvent)
-		if gerr != nil || (werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded)) {
+		if p.stop.Load() {
 			return // Close closed the file
+		}
+		if gerr != nil {
+			p.Fail(gerr)
+			return
+		}
+		if werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded) {
+			p.Fail(werr)
+			return
 		}
 		if events > 0 {
 			p.wakeups.Add(1)

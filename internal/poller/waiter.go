@@ -148,6 +148,7 @@ func (w *Waiter) Spin() bool {
 				return true
 			}
 			if err != nil {
+				p.Fail(err) // its connections are failed: the caller's wait ends
 				w.stopSpinning()
 				return false
 			}

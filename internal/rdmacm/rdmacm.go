@@ -168,6 +168,7 @@ type Channel struct {
 	ids    map[*C.struct_rdma_cm_id]*ID
 	events chan Event
 	done   chan struct{}
+	err    error // why delivery stopped other than by Close (set before events is closed)
 }
 
 // NewChannel creates an event channel and starts delivering its events.
@@ -200,13 +201,19 @@ func NewChannel() (*Channel, error) {
 	return c, nil
 }
 
-// Events delivers the channel's events; it is closed when the channel is.
+// Events delivers the channel's events; it is closed when the channel is,
+// or when reading events failed (Err says why).
 func (c *Channel) Events() <-chan Event { return c.events }
+
+// Err is why Events was closed other than by Close: reading the channel
+// failed. Valid once Events is closed; nil after Close.
+func (c *Channel) Err() error { return c.err }
 
 func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 	defer close(c.events)
 	rc, err := c.file.SyscallConn()
 	if err != nil {
+		c.err = fmt.Errorf("rdma_cm event channel: %w", err)
 		return
 	}
 	var ev C.goevent
@@ -217,8 +224,18 @@ func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 			got = C.get_event(ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
 			return got != 0
 		})
-		if err != nil || got < 0 {
-			return // the file was closed (Close) or the channel failed
+		select {
+		case <-c.done:
+			return // Close
+		default:
+		}
+		if err != nil {
+			c.err = fmt.Errorf("rdma_cm event channel: %w", err)
+			return
+		}
+		if got < 0 {
+			c.err = fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(-got))
+			return
 		}
 		out := Event{
 			Type: EventType(ev.event), Status: int(ev.status),

@@ -218,6 +218,7 @@ type CQ struct {
 	ch    *CompChannel
 	unack uint32 // events received but not yet acknowledged
 	Size  int
+	key   uintptr
 }
 
 // CreateCQ creates a CQ with at least cqe entries, reporting to ch (may be nil).
@@ -230,8 +231,14 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if cq == nil {
 		return nil, errnoErr(fmt.Sprintf("ibv_create_cq %d entries", cqe), err, 0)
 	}
-	return &CQ{cq: cq, ch: ch, Size: int(cq.cqe)}, nil
+	q := &CQ{cq: cq, ch: ch, Size: int(cq.cqe)}
+	q.key = uintptr(unsafe.Pointer(cq))
+	return q, nil
 }
+
+// Key identifies the CQ in async events (AsyncEvent.CQ); it stays valid
+// after Close.
+func (q *CQ) Key() uintptr { return q.key }
 
 // Poll fills wcs with up to len(wcs) completions (at most 64 per call) and returns how many.
 func (q *CQ) Poll(wcs []WC) (int, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -152,7 +153,7 @@ func TestHelloOtherMajor(t *testing.T) {
 		if ve.PeerVersion() != tc.peer {
 			t.Fatalf("% x: peer version %q, want %q", tc.in, ve.PeerVersion(), tc.peer)
 		}
-		if msg := err.Error(); !strings.Contains(msg, " "+tc.peer+",") || !strings.Contains(msg, "this side 1.1") {
+		if msg := err.Error(); !strings.Contains(msg, " "+tc.peer+",") || !strings.Contains(msg, fmt.Sprintf("this side %d.%d", Version, Minor)) {
 			t.Fatalf("% x: error %q does not name both versions", tc.in, msg)
 		}
 	}
@@ -175,8 +176,9 @@ func TestNegotiate(t *testing.T) {
 func TestFeaturesString(t *testing.T) {
 	for f, want := range map[Features]string{
 		0:                "none",
-		1:                "bit 0",
-		1<<31 | 1<<4 | 1: "bit 0|bit 4|bit 31",
+		1:                "keepalive",
+		1 << 1:           "bit 1",
+		1<<31 | 1<<4 | 1: "keepalive|bit 4|bit 31",
 	} {
 		if got := f.String(); got != want {
 			t.Errorf("Features(%#x).String() = %q, want %q", uint32(f), got, want)

@@ -76,7 +76,7 @@ const Version uint8 = 1
 // Minor is the minor version this side speaks. Minor versions of one major
 // version interoperate: a later minor only adds what is negotiated through
 // feature bits. 1.0 peers send 0 in its byte.
-const Minor uint8 = 1
+const Minor uint8 = 2
 
 // Features is a set of optional protocol features, one bit each, announced
 // in the Hello. A feature is used on a connection only if both sides
@@ -85,13 +85,17 @@ const Minor uint8 = 1
 // intersection drops them.
 type Features uint32
 
-// Supported is the set of features this implementation announces. Protocol
-// 1.1 defines none: everything it does is the baseline every 1.x peer
-// speaks. PROTOCOL.md keeps the registry of feature bits.
-const Supported Features = 0
+// FeatureKeepalive (bit 0, protocol 1.2): the sender keeps one receive
+// posted beyond its credits for the peer's keepalive probes (KindKeepalive
+// messages sent without a credit, one at a time), so the peer may probe it.
+const FeatureKeepalive Features = 1 << 0
+
+// Supported is the set of features this implementation announces.
+// PROTOCOL.md keeps the registry of feature bits.
+const Supported Features = FeatureKeepalive
 
 // featureNames names the defined feature bits, for String.
-var featureNames = map[Features]string{}
+var featureNames = map[Features]string{FeatureKeepalive: "keepalive"}
 
 // Negotiate returns the features a connection uses: those both sides
 // announced. Both sides compute it from the two Hellos, so they agree
@@ -195,7 +199,7 @@ type Hello struct {
 	Credits     uint16   // receive buffers the sender has posted for its peer (>= 1)
 	RecvBufSize uint32   // size of each of those buffers in bytes (>= MinBufSize, <= MaxBufSize)
 	MaxMsgSize  uint32   // largest message the sender accepts; above RecvBufSize it is read by rendezvous
-	KeepaliveMS uint32   // reserved for a keepalive feature: sent as 0, ignored on receipt
+	KeepaliveMS uint32   // reserved: sent as 0, ignored on receipt (the keepalive feature does not use it)
 	Features    Features // features the sender supports; unknown bits are ignored on receipt
 }
 

@@ -1,0 +1,100 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
+)
+
+// Keepalive (Config.KeepAlive). A connection that has received nothing for
+// the keepalive interval sends a probe: a zero-length SEND_WITH_IMM of kind
+// KindKeepalive into the one receive the peer keeps posted beyond our
+// credits for it (wire.FeatureKeepalive). The peer's NIC acknowledges it
+// whether or not the peer's application reads, so a slow reader is never
+// taken for a dead peer; the peer's completion handler reposts the receive
+// without granting a credit. A probe spends no credit, so it can be sent
+// even when a silent peer holds all of them (a writer waiting for credit),
+// and two sides probing at once cannot deadlock on the last credit.
+//
+// One probe is in flight at a time (the next waits for the previous one's
+// completion), so the single reserved receive suffices as long as the
+// peer's process polls its CQ once per interval. A probe the peer's NIC
+// never acknowledges fails after the transport's retries (AckTimeout x
+// (RetryCount + 1)) with a retry-exceeded completion, which fails the
+// connection with a *transportTimeout: every blocked call returns.
+
+// keepaliveReserve is how many receives each side posts beyond its credits
+// (and the rendezvous reserve) for the peer's probes.
+const keepaliveReserve = 1
+
+// keepaliveState is the keepalive's state, guarded by Conn.mu.
+type keepaliveState struct {
+	kaTimer   *time.Timer // nil when keepalive is off for this connection
+	lastHeard time.Time   // the last receive completion (anything from the peer)
+	probeOut  bool        // a probe is posted and not completed
+	probes    uint64      // probes sent
+}
+
+// startKeepalive arms the keepalive timer if both sides negotiated the
+// feature and the Config enables it. Called once the connection is up.
+func (c *Conn) startKeepalive() {
+	if c.cfg.KeepAlive <= 0 || c.features&wire.FeatureKeepalive == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.lastHeard = time.Now()
+	c.kaTimer = time.AfterFunc(c.cfg.KeepAlive, c.keepaliveTick)
+	c.mu.Unlock()
+}
+
+// stopKeepaliveLocked stops the timer for good. Called with c.mu held.
+func (c *Conn) stopKeepaliveLocked() {
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+}
+
+// keepaliveTick runs when the connection may have been silent for the
+// keepalive interval: it probes if so, and re-arms for the next check.
+func (c *Conn) keepaliveTick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.qpDown || c.released {
+		return
+	}
+	next := c.cfg.KeepAlive - time.Since(c.lastHeard)
+	if next <= 0 {
+		if !c.probeOut && c.sqUsedLocked() < c.ep.sqDepth {
+			// Pending credits ride along, as on any control message.
+			wr := verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindKeepalive, uint32(c.pending))}
+			if c.postLocked(wr, wrSendProbe, 0, true) == nil {
+				c.pending = 0
+				c.probeOut = true
+				c.probes++
+			}
+		}
+		next = c.cfg.KeepAlive
+	}
+	c.kaTimer.Reset(next)
+}
+
+// transportTimeout is the error of a connection whose peer's NIC stopped
+// acknowledging (a retry-exceeded completion): the peer's host is gone,
+// unreachable, or partitioned away. Like TCP's keepalive failure it wraps
+// syscall.ETIMEDOUT, and its Timeout() is true.
+type transportTimeout struct {
+	cause error // the work completion's error
+}
+
+func (e *transportTimeout) Error() string {
+	return "connection timed out: the peer's NIC stopped acknowledging (transport retries exhausted: " +
+		"its host is down, unreachable or partitioned away; Config.AckTimeout and RetryCount bound the wait): " + e.cause.Error()
+}
+
+func (e *transportTimeout) Unwrap() []error { return []error{syscall.ETIMEDOUT, e.cause} }
+func (e *transportTimeout) Timeout() bool   { return true }
+func (e *transportTimeout) Temporary() bool { return true }
