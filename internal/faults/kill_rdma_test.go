@@ -27,7 +27,7 @@ func TestPeerProcessKilled(t *testing.T) {
 	base, baseG := baseline.Take(t, env.Env)
 	peerBase := peerResources(t, env)
 	ln := listen(t, env)
-	p := env.StartSelf(t, []string{"FAULTS_PEER=flood", "FAULTS_ADDR=" + ln.Addr().String()}, "-test.run=^$")
+	p := startPeer(t, env, "flood", ln)
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	defer c.Close()
 
@@ -93,7 +93,7 @@ func TestPeerProcessKilled(t *testing.T) {
 // serveEcho has a new peer process dial ln and checks one echoed line.
 func serveEcho(t *testing.T, env *twoguest.Env, ln *rdma.Listener) {
 	t.Helper()
-	p := env.StartSelf(t, []string{"FAULTS_PEER=echo", "FAULTS_ADDR=" + ln.Addr().String()}, "-test.run=^$")
+	p := startPeer(t, env, "echo", ln)
 	start := time.Now()
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	defer c.Close()

@@ -40,14 +40,15 @@ func streamTest(t *testing.T, netem []string, n int64) {
 	before := bothCounters(t, env)
 
 	timeout := transferTimeout(2 * n)
-	p := env.StartSelf(t, []string{"FAULTS_PEER=stream", "FAULTS_ADDR=" + ln.Addr().String(),
-		fmt.Sprintf("FAULTS_BYTES=%d", n), "FAULTS_TIMEOUT=" + timeout.String()}, "-test.run=^$")
+	p := startPeer(t, env, "stream", ln, fmt.Sprintf("FAULTS_BYTES=%d", n), "FAULTS_TIMEOUT="+timeout.String())
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
 	mine, err := exchangeStream(ctx, c, seedA, n)
-	c.Close()
+	exchanged := time.Now()
+	cerr := c.Close()
+	t.Logf("exchange took %v, Close %v: %v", exchanged.Sub(start).Round(time.Millisecond), time.Since(exchanged).Round(time.Millisecond), cerr)
 	if err != nil {
 		t.Fatalf("after %v: %v", time.Since(start), err)
 	}
@@ -90,8 +91,7 @@ func TestLossyMessages(t *testing.T) {
 		perCycle += int64(s)
 	}
 	timeout := transferTimeout(2 * (int64(*msgCycles)*perCycle + slots*slotSize))
-	p := env.StartSelf(t, []string{"FAULTS_PEER=messages", "FAULTS_ADDR=" + ln.Addr().String(),
-		fmt.Sprintf("FAULTS_MESSAGES=%d", *msgCycles), "FAULTS_TIMEOUT=" + timeout.String()}, "-test.run=^$")
+	p := startPeer(t, env, "messages", ln, fmt.Sprintf("FAULTS_MESSAGES=%d", *msgCycles), "FAULTS_TIMEOUT="+timeout.String())
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

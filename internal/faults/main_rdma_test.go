@@ -35,46 +35,81 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	streamMiB = flag.Int("faults.stream-mib", 32, "MiB each way in TestLossyStream")
-	cleanMiB  = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
-	msgCycles = flag.Int("faults.msg-cycles", 3, "rounds of message sizes each way in TestLossyMessages")
+	streamMiB  = flag.Int("faults.stream-mib", 32, "MiB each way in TestLossyStream")
+	cleanMiB   = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
+	bufferSize = flag.Int("faults.buffer-size", 0, "Config.BufferSize of both ends (0: the default)")
+	ackTimeout = flag.Duration("faults.ack-timeout", 33*time.Millisecond, "Config.AckTimeout of both ends")
+	msgCycles  = flag.Int("faults.msg-cycles", 3, "rounds of message sizes each way in TestLossyMessages")
 )
 
-// peerRoles are what host B's process can do once connected to host A.
-var peerRoles = map[string]func(ctx context.Context, c *rdma.Conn) (any, error){
-	"stream": func(ctx context.Context, c *rdma.Conn) (any, error) {
-		return exchangeStream(ctx, c, seedB, envInt64("FAULTS_BYTES"))
+// peerRoles are what host B's process can do: each dials host A's
+// listener at addr and plays its part.
+var peerRoles = map[string]func(ctx context.Context, addr string) (any, error){
+	"stream": func(ctx context.Context, addr string) (any, error) {
+		return withConn(ctx, addr, func(c *rdma.Conn) (any, error) {
+			return exchangeStream(ctx, c, seedB, envInt64("FAULTS_BYTES"))
+		})
 	},
-	"messages": func(ctx context.Context, c *rdma.Conn) (any, error) {
-		return exchangeMessages(ctx, c, seedB, seedA, int(envInt64("FAULTS_MESSAGES")))
+	"messages": func(ctx context.Context, addr string) (any, error) {
+		return withConn(ctx, addr, func(c *rdma.Conn) (any, error) {
+			return exchangeMessages(ctx, c, seedB, seedA, int(envInt64("FAULTS_MESSAGES")))
+		})
 	},
 	// flood writes until it dies and never reads: the peer that gets killed.
-	"flood": func(ctx context.Context, c *rdma.Conn) (any, error) {
-		buf := make([]byte, 256<<10)
-		for {
-			if _, err := c.Write(buf); err != nil {
-				return nil, err
+	"flood": func(ctx context.Context, addr string) (any, error) {
+		return withConn(ctx, addr, func(c *rdma.Conn) (any, error) {
+			buf := make([]byte, 256<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					return nil, err
+				}
 			}
-		}
+		})
 	},
 	// echo sends one line and expects it back.
-	"echo": func(ctx context.Context, c *rdma.Conn) (any, error) {
-		msg := fmt.Sprintf("hello from pid %d\n", os.Getpid())
-		if _, err := io.WriteString(c, msg); err != nil {
-			return nil, err
-		}
-		got, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil || got != msg {
-			return nil, fmt.Errorf("echo: got %q, %v; want %q", got, err, msg)
-		}
-		return got, nil
+	"echo": func(ctx context.Context, addr string) (any, error) {
+		return withConn(ctx, addr, func(c *rdma.Conn) (any, error) {
+			msg := fmt.Sprintf("hello from pid %d\n", os.Getpid())
+			if _, err := io.WriteString(c, msg); err != nil {
+				return nil, err
+			}
+			got, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil || got != msg {
+				return nil, fmt.Errorf("echo: got %q, %v; want %q", got, err, msg)
+			}
+			return got, nil
+		})
 	},
+}
+
+// withConn dials addr with testConfig, runs play and closes the connection
+// (a Close that cannot deliver the end of the stream is an error).
+func withConn(ctx context.Context, addr string, play func(*rdma.Conn) (any, error)) (any, error) {
+	d := rdma.Dialer{Config: testConfig()}
+	nc, err := d.DialContext(ctx, "rdma", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	c := nc.(*rdma.Conn)
+	res, err := play(c)
+	start := time.Now()
+	cerr := c.Close()
+	fmt.Printf("CLOSED after %v: %v\n", time.Since(start).Round(time.Millisecond), cerr)
+	if err == nil && cerr != nil {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	return res, err
 }
 
 const seedA, seedB = 0xa, 0xb // the data each host sends is derived from its seed
 
-// testConfig is the Config both ends use.
-func testConfig() rdma.Config { return rdma.Config{} }
+// testConfig is the Config both ends use. The transport's ACK timeout is
+// what a lost packet that no later packet reveals costs (rdma_cm's default
+// on Soft-RoCE is 2.1 s); Close waits for data still in flight, and under
+// loss that takes longer than its default 5 s.
+func testConfig() rdma.Config {
+	return rdma.Config{AckTimeout: *ackTimeout, BufferSize: *bufferSize, CloseTimeout: rdmatest.Scale(10 * time.Second)}
+}
 
 // runPeer is host B's process: dial addr, play role, print the result as
 // a RESULT line (JSON) and exit 0, or print the error and exit 1.
@@ -95,17 +130,7 @@ func runPeer(role, addr string) int {
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	d := rdma.Dialer{Config: testConfig()}
-	nc, err := d.DialContext(ctx, "rdma", addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "peer dial:", err)
-		return 1
-	}
-	c := nc.(*rdma.Conn)
-	res, err := play(ctx, c)
-	if cerr := c.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close: %w", cerr)
-	}
+	res, err := play(ctx, addr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "peer %s: %v\n", role, err)
 		return 1
@@ -121,6 +146,19 @@ func envInt64(k string) int64 {
 	return n
 }
 
+// startPeer starts this test binary on the peer as role, dialing ln, with
+// env added (KEY=value) and this process's -faults flags.
+func startPeer(t *testing.T, env *twoguest.Env, role string, ln *rdma.Listener, extra ...string) *twoguest.Proc {
+	t.Helper()
+	args := []string{"-test.run=^$"}
+	flag.Visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "faults.") {
+			args = append(args, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	return env.StartSelf(t, append([]string{"FAULTS_PEER=" + role, "FAULTS_ADDR=" + ln.Addr().String()}, extra...), args...)
+}
+
 // peerResult waits for p to end and decodes its RESULT line into v.
 func peerResult(t *testing.T, ctx context.Context, p *twoguest.Proc, v any) {
 	t.Helper()
@@ -132,6 +170,9 @@ func peerResult(t *testing.T, ctx context.Context, p *twoguest.Proc, v any) {
 		t.Fatalf("%v: %v; output:\n%s", p, st, st.Output)
 	}
 	for _, line := range strings.Split(st.Output, "\n") {
+		if strings.HasPrefix(line, "CLOSED ") {
+			t.Logf("peer's Close: %s", line)
+		}
 		if s, ok := strings.CutPrefix(line, "RESULT "); ok {
 			if err := json.Unmarshal([]byte(s), v); err != nil {
 				t.Fatalf("%v: bad result %q: %v", p, s, err)

@@ -114,7 +114,9 @@ type Proc struct {
 	Args []string
 }
 
-func (p *Proc) String() string { return fmt.Sprintf("peer process %d (%s)", p.ID, strings.Join(p.Args, " ")) }
+func (p *Proc) String() string {
+	return fmt.Sprintf("peer process %d (%s)", p.ID, strings.Join(p.Args, " "))
+}
 
 // Status returns the process's state now.
 func (p *Proc) Status(ctx context.Context) (Status, error) {

@@ -63,7 +63,8 @@ func AgentAddr() string {
 
 var peerInfo struct {
 	sync.Mutex
-	info map[string]string
+	info  map[string]string
+	offBy string // the test that powered the peer off
 }
 
 // Require skips t unless it runs on host A of two hosts (RDMA_TEST_PEER_ADDR
@@ -84,6 +85,9 @@ func Require(t testing.TB) *Env {
 	c := &Client{Addr: addr}
 	peerInfo.Lock()
 	defer peerInfo.Unlock()
+	if peerInfo.offBy != "" {
+		t.Fatalf("the peer host is off: %s powered it off (a test that does must run last)", peerInfo.offBy)
+	}
 	if peerInfo.info == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), max(rdmatest.Scale(10*time.Second), time.Minute))
 		defer cancel()
@@ -98,6 +102,21 @@ func Require(t testing.TB) *Env {
 	}
 	return &Env{Env: env, PeerAddr: peer, PeerDevice: peerInfo.info["RDMA_TEST_DEVICE"],
 		PeerNetdev: peerInfo.info["RDMA_TEST_NETDEV"], Peer: c}
+}
+
+// PowerOff cuts the peer host's power (Client.PowerOff) and fails t if the
+// agent does not confirm. Later calls of Require fail: the peer is gone
+// for the rest of the test binary's run.
+func (e *Env) PowerOff(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout())
+	defer cancel()
+	peerInfo.Lock()
+	peerInfo.offBy = t.Name()
+	peerInfo.Unlock()
+	if err := e.Peer.PowerOff(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // ctlTimeout bounds one control action (a tc or rdma command on either host).
