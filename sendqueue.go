@@ -49,7 +49,10 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 	c.sq[pos] = sqEntry{kind: kind, idx: idx}
 	c.sqInFlight++
 	wr.WRID = c.ep.wrid(kind, pos)
-	if force || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
+	// After this side's end of stream nothing may follow to retire an
+	// unsignaled request (a credit update while the peer still sends), and
+	// Close waits for every request to retire: signal them all.
+	if force || c.finSent || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
 		wr.Flags |= verbs.SendSignaled
 		c.sqUnsig = 0
 	} else {
