@@ -26,8 +26,8 @@ func TestPeerProcessKilled(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)
 	peerBase := peerResources(t, env)
-	ln := listen(t, env)
-	p := startPeer(t, env, "flood", ln)
+	ln := listenWith(t, env, testConfig())
+	p := startPeer(t, env, "flood", "default", ln)
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	defer c.Close()
 
@@ -93,7 +93,7 @@ func TestPeerProcessKilled(t *testing.T) {
 // serveEcho has a new peer process dial ln and checks one echoed line.
 func serveEcho(t *testing.T, env *twoguest.Env, ln *rdma.Listener) {
 	t.Helper()
-	p := startPeer(t, env, "echo", ln)
+	p := startPeer(t, env, "echo", "default", ln)
 	start := time.Now()
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	defer c.Close()

@@ -33,14 +33,18 @@ func streamTest(t *testing.T, netem []string, n int64) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)
 	peerBase := peerResources(t, env)
-	ln := listen(t, env)
+	cfg := "default"
+	if netem != nil {
+		cfg = "lossy"
+	}
+	ln := listenWith(t, env, configs[cfg]())
 	if netem != nil {
 		env.Netem(t, netem...)
 	}
 	before := bothCounters(t, env)
 
 	timeout := transferTimeout(2 * n)
-	p := startPeer(t, env, "stream", ln, fmt.Sprintf("FAULTS_BYTES=%d", n), "FAULTS_TIMEOUT="+timeout.String())
+	p := startPeer(t, env, "stream", cfg, ln, fmt.Sprintf("FAULTS_BYTES=%d", n), "FAULTS_TIMEOUT="+timeout.String())
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -82,7 +86,7 @@ func TestLossyMessages(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)
 	peerBase := peerResources(t, env)
-	ln := listen(t, env)
+	ln := listenWith(t, env, lossyConfig())
 	env.Netem(t, lossy...)
 	before := bothCounters(t, env)
 
@@ -91,7 +95,7 @@ func TestLossyMessages(t *testing.T) {
 		perCycle += int64(s)
 	}
 	timeout := transferTimeout(2 * (int64(*msgCycles)*perCycle + slots*slotSize))
-	p := startPeer(t, env, "messages", ln, fmt.Sprintf("FAULTS_MESSAGES=%d", *msgCycles), "FAULTS_TIMEOUT="+timeout.String())
+	p := startPeer(t, env, "messages", "lossy", ln, fmt.Sprintf("FAULTS_MESSAGES=%d", *msgCycles), "FAULTS_TIMEOUT="+timeout.String())
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -104,11 +108,11 @@ func TestLossyMessages(t *testing.T) {
 	var theirs msgResult
 	peerResult(t, ctx, p, &theirs)
 	want := *msgCycles * len(msgSizes)
-	if mine.Messages != want || theirs.Messages != want || mine.Writes != slots || theirs.Writes != slots {
-		t.Fatalf("here %+v, peer %+v; want %d messages and %d writes each", mine, theirs, want, slots)
+	if mine.Messages != want || theirs.Messages != want || mine.Writes != nWrites || theirs.Writes != nWrites {
+		t.Fatalf("here %+v, peer %+v; want %d messages and %d writes each", mine, theirs, want, nWrites)
 	}
 	t.Logf("%d messages (%d bytes) and %d one-sided writes each way over netem %v in %v",
-		want, mine.Bytes, slots, lossy, time.Since(start).Round(time.Millisecond))
+		want, mine.Bytes, nWrites, lossy, time.Since(start).Round(time.Millisecond))
 	checkCounters(t, env, before, true)
 
 	ln.Close()
@@ -119,6 +123,9 @@ func TestLossyMessages(t *testing.T) {
 // transferTimeout bounds a lossy transfer of n bytes in all: at least
 // 20 KB/s (the measured rate is far above; see README), plus set-up time.
 func transferTimeout(n int64) time.Duration {
+	if *timeoutFlag > 0 {
+		return *timeoutFlag
+	}
 	return rdmatest.Scale(30*time.Second) + time.Duration(n/20e3)*time.Second
 }
 

@@ -27,19 +27,35 @@ import (
 // FAULTS_PEER set to a role (see peerRoles) and FAULTS_ADDR to the address
 // of the listener on host A it dials.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if *msgSizesFlag != "" {
+		msgSizes = nil
+		for _, f := range strings.Split(*msgSizesFlag, ",") {
+			var n int
+			fmt.Sscan(f, &n)
+			msgSizes = append(msgSizes, max(n, hdrLen))
+		}
+	}
+	nWrites = min(*writesFlag, slots)
+	if *netemFlag != "" {
+		lossy = strings.Fields(*netemFlag)
+	}
 	if role := os.Getenv("FAULTS_PEER"); role != "" {
-		flag.Parse()
 		os.Exit(runPeer(role, os.Getenv("FAULTS_ADDR")))
 	}
 	os.Exit(m.Run())
 }
 
 var (
-	streamMiB  = flag.Int("faults.stream-mib", 32, "MiB each way in TestLossyStream")
-	cleanMiB   = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
-	bufferSize = flag.Int("faults.buffer-size", 0, "Config.BufferSize of both ends (0: the default)")
-	ackTimeout = flag.Duration("faults.ack-timeout", 33*time.Millisecond, "Config.AckTimeout of both ends")
-	msgCycles  = flag.Int("faults.msg-cycles", 3, "rounds of message sizes each way in TestLossyMessages")
+	streamMiB    = flag.Int("faults.stream-mib", 64, "MiB each way in TestLossyStream")
+	cleanMiB     = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
+	msgSizesFlag = flag.String("faults.msg-sizes", "", "message sizes of TestLossyMessages, comma-separated (default: msgSizes)")
+	writesFlag   = flag.Int("faults.writes", slots, "one-sided writes each way in TestLossyMessages (at most 32)")
+	netemFlag    = flag.String("faults.netem", "", "netem arguments of the lossy tests instead of lossy's")
+	timeoutFlag  = flag.Duration("faults.timeout", 0, "bound on each lossy transfer (0: from its size)")
+	lossyBuffer  = flag.Int("faults.lossy-buffer", 4096, "Config.BufferSize of both ends over the lossy wire")
+	ackTimeout   = flag.Duration("faults.ack-timeout", 134*time.Millisecond, "Config.AckTimeout of both ends")
+	msgCycles    = flag.Int("faults.msg-cycles", 3, "rounds of message sizes each way in TestLossyMessages")
 )
 
 // peerRoles are what host B's process can do: each dials host A's
@@ -82,10 +98,15 @@ var peerRoles = map[string]func(ctx context.Context, addr string) (any, error){
 	},
 }
 
-// withConn dials addr with testConfig, runs play and closes the connection
-// (a Close that cannot deliver the end of the stream is an error).
+// withConn dials addr with the Config named by FAULTS_CONFIG, runs play
+// and closes the connection (a Close that cannot deliver the end of the
+// stream is an error).
 func withConn(ctx context.Context, addr string, play func(*rdma.Conn) (any, error)) (any, error) {
-	d := rdma.Dialer{Config: testConfig()}
+	cfg := configs[os.Getenv("FAULTS_CONFIG")]
+	if cfg == nil {
+		return nil, fmt.Errorf("unknown FAULTS_CONFIG %q", os.Getenv("FAULTS_CONFIG"))
+	}
+	d := rdma.Dialer{Config: cfg()}
 	nc, err := d.DialContext(ctx, "rdma", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
@@ -103,12 +124,32 @@ func withConn(ctx context.Context, addr string, play func(*rdma.Conn) (any, erro
 
 const seedA, seedB = 0xa, 0xb // the data each host sends is derived from its seed
 
-// testConfig is the Config both ends use. The transport's ACK timeout is
-// what a lost packet that no later packet reveals costs (rdma_cm's default
-// on Soft-RoCE is 2.1 s); Close waits for data still in flight, and under
-// loss that takes longer than its default 5 s.
+// The Configs both ends use, by name (a peer process gets the name in
+// FAULTS_CONFIG).
+var configs = map[string]func() rdma.Config{"default": testConfig, "lossy": lossyConfig, "live": liveConfig}
+
+// testConfig is the library's defaults but for two settings. The
+// transport's ACK timeout is what a lost packet that no later packet
+// reveals costs: rdma_cm's default on Soft-RoCE is 2.1 s; below the time
+// the emulated guests take to send a window of packets, retransmissions
+// start before the ACKs could arrive and spend the retry budget (measured:
+// 8 ms and 33 ms failed with "transport retry counter exceeded" within a
+// few MiB at 3% loss). Close waits for data still in flight: under loss
+// that can take longer than its default 5 s.
 func testConfig() rdma.Config {
-	return rdma.Config{AckTimeout: *ackTimeout, BufferSize: *bufferSize, CloseTimeout: rdmatest.Scale(10 * time.Second)}
+	return rdma.Config{AckTimeout: *ackTimeout, CloseTimeout: rdmatest.Scale(10 * time.Second)}
+}
+
+// lossyConfig is testConfig with smaller receive buffers, for the lossy
+// wire. rxe spends one retry per NAK and per timeout and restores the
+// budget (RetryCount, at most 6) only on an ACK; at 3% loss and 1%
+// reordering each way, a stream of 32 KiB messages (32 packets each)
+// exhausted it within a few MiB in some runs (see README). 4 KiB messages
+// are acknowledged eight times as often.
+func lossyConfig() rdma.Config {
+	cfg := testConfig()
+	cfg.BufferSize = *lossyBuffer
+	return cfg
 }
 
 // runPeer is host B's process: dial addr, play role, print the result as
@@ -146,9 +187,10 @@ func envInt64(k string) int64 {
 	return n
 }
 
-// startPeer starts this test binary on the peer as role, dialing ln, with
-// env added (KEY=value) and this process's -faults flags.
-func startPeer(t *testing.T, env *twoguest.Env, role string, ln *rdma.Listener, extra ...string) *twoguest.Proc {
+// startPeer starts this test binary on the peer as role, dialing ln with
+// the Config named cfg, with env added (KEY=value) and this process's
+// -faults flags.
+func startPeer(t *testing.T, env *twoguest.Env, role, cfg string, ln *rdma.Listener, extra ...string) *twoguest.Proc {
 	t.Helper()
 	args := []string{"-test.run=^$"}
 	flag.Visit(func(f *flag.Flag) {
@@ -156,7 +198,7 @@ func startPeer(t *testing.T, env *twoguest.Env, role string, ln *rdma.Listener, 
 			args = append(args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
-	return env.StartSelf(t, append([]string{"FAULTS_PEER=" + role, "FAULTS_ADDR=" + ln.Addr().String()}, extra...), args...)
+	return env.StartSelf(t, append([]string{"FAULTS_PEER=" + role, "FAULTS_CONFIG=" + cfg, "FAULTS_ADDR=" + ln.Addr().String()}, extra...), args...)
 }
 
 // peerResult waits for p to end and decodes its RESULT line into v.
@@ -220,18 +262,6 @@ func accept(t *testing.T, ln *rdma.Listener, p *twoguest.Proc, d time.Duration) 
 	}
 }
 
-// listen listens on this host's RDMA address with testConfig.
-func listen(t *testing.T, env *twoguest.Env) *rdma.Listener {
-	t.Helper()
-	lc := rdma.ListenConfig{Config: testConfig()}
-	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(env.Addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
 // fill fills b with the bytes of stream (seed, n).
 func fill(b []byte, seed, n uint64) {
 	var key [32]byte
@@ -274,4 +304,16 @@ func equalCounts(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// listenWith listens on this host's RDMA address with cfg.
+func listenWith(t *testing.T, env *twoguest.Env, cfg rdma.Config) *rdma.Listener {
+	t.Helper()
+	lc := rdma.ListenConfig{Config: cfg}
+	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(env.Addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }

@@ -223,7 +223,7 @@ func TestPartition(t *testing.T) {
 	base, baseG := baseline.Take(t, env.Env)
 	peerBase := peerResources(t, env)
 	ln := listenWith(t, env, liveConfig())
-	p := startPeer(t, env, "blocked", ln)
+	p := startPeer(t, env, "blocked", "live", ln)
 	mine, err := block(acceptBlocked(t, ln, p))
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +264,12 @@ func TestPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("healed after %v", time.Since(start).Round(time.Millisecond))
+	// The first dial can meet the neighbour entry the partition left failed
+	// (the kernel's ARP state; see twoguest.Env.WireUp): wait for IP first.
+	if err := env.WireUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("IP over the wire works again after %v", time.Since(start).Round(time.Millisecond))
 	serveEcho(t, env, ln)
 	ln.Close()
 	rdmatest.CheckNoLeaks(t, base, baseG)
@@ -331,18 +337,6 @@ func waitPeer(t *testing.T, ctx context.Context, p *twoguest.Proc, w *peerWatch,
 	}
 }
 
-// listenWith listens on this host's RDMA address with cfg.
-func listenWith(t *testing.T, env *twoguest.Env, cfg rdma.Config) *rdma.Listener {
-	t.Helper()
-	lc := rdma.ListenConfig{Config: cfg}
-	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(env.Addr, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln
-}
-
 // TestPeerPowerOff: the peer's host loses power (reboot(2) without sync:
 // nothing tells this host) while a Read, a Write waiting for credit and a
 // Recv are blocked here: they return within the keepalive bound with a
@@ -353,7 +347,7 @@ func TestPeerPowerOff(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)
 	ln := listenWith(t, env, liveConfig())
-	p := startPeer(t, env, "blocked", ln)
+	p := startPeer(t, env, "blocked", "live", ln)
 	mine, err := block(acceptBlocked(t, ln, p))
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,7 @@
 // cannot be tested there. `scripts/softroce pair` boots two guests (A and B)
 // joined by two virtio-net links: eth0, the wire, carries rxe0 and is what
 // tests disturb with tc netem; eth1 is a control link that stays clean. Guest
-// B runs an Agent (cmd twoguest-agent, on eth1's address, port DefaultPort);
+// B runs an Agent (cmd twoguest-agent, port DefaultPort, reached over eth1);
 // a test in guest A calls Require, which finds the agent, and then:
 //
 //   - runs programs on B (Env.StartSelf starts this test binary there, e.g.
@@ -117,6 +117,24 @@ func (e *Env) PowerOff(t testing.TB) {
 	if err := e.Peer.PowerOff(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// WireUp waits until the wire carries IP traffic both ways again (after a
+// partition heals): it reaches the peer's agent through the peer's RDMA
+// address, over the wire, rather than the control link. The agent listens
+// on every address for this (twoguest-agent's default). An RDMA dial in the
+// first seconds after healing can otherwise meet a neighbour (ARP) entry
+// the partition left failed: the kernel's state, not the library's.
+func (e *Env) WireUp(ctx context.Context) error {
+	_, port, err := net.SplitHostPort(e.Peer.Addr)
+	if err != nil {
+		return err
+	}
+	c := &Client{Addr: net.JoinHostPort(e.PeerAddr, port)}
+	if _, err := c.WaitReady(ctx); err != nil {
+		return fmt.Errorf("the wire to %s is not up: %w", e.PeerAddr, err)
+	}
+	return nil
 }
 
 // ctlTimeout bounds one control action (a tc or rdma command on either host).

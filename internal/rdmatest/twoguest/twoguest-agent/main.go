@@ -2,7 +2,7 @@
 // and power it off (package twoguest). `make faults` runs it in guest B of
 // scripts/softroce pair:
 //
-//	twoguest-agent [-listen host:port]       serve (default: $SOFTROCE_CTL_ADDR, port 7390)
+//	twoguest-agent [-listen host:port]       serve (default: port 7390 on every address)
 //	twoguest-agent -agent host:port run CMD [ARGS...]
 //	                                         run CMD on the agent's host: its output, its exit status
 //	twoguest-agent -agent host:port poweroff power that host off
@@ -21,13 +21,12 @@ import (
 	"log"
 	"net"
 	"os"
-	"strconv"
 
 	"github.com/verbline/rdma/internal/rdmatest/twoguest"
 )
 
 func main() {
-	listen := flag.String("listen", "", "serve on `host:port` (default: $SOFTROCE_CTL_ADDR, port 7390)")
+	listen := flag.String("listen", fmt.Sprintf(":%d", twoguest.DefaultPort), "serve on `host:port`: in scripts/softroce pair, every address: the control link for commands, the wire for twoguest.Env.WireUp")
 	agent := flag.String("agent", twoguest.AgentAddr(), "the agent to send a command to, `host:port`")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: twoguest-agent [-listen host:port]\n"+
@@ -76,13 +75,6 @@ func main() {
 }
 
 func serve(addr string) {
-	if addr == "" {
-		h := os.Getenv("SOFTROCE_CTL_ADDR")
-		if h == "" {
-			log.Fatal("where to listen: give -listen host:port (scripts/softroce pair sets SOFTROCE_CTL_ADDR)")
-		}
-		addr = net.JoinHostPort(h, strconv.Itoa(twoguest.DefaultPort))
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Fatal(err)
