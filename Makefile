@@ -25,7 +25,7 @@ FUZZTIME ?= 500000x
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
-.PHONY: setup build-deps test demo bench vet unit fuzz rdma-tests faults clean
+.PHONY: setup build-deps test demo bench vet unit fuzz rdma-tests faults soak clean
 
 # Everything: packages (qemu, rdma-core, perftest, ...), Debian's kernel, the initramfs.
 setup:
@@ -153,6 +153,21 @@ bench: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
 	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
 	scripts/softroce run -- $(BUILD)/bin/rdmabench -json $(BENCH_JSON) $(BENCH_ARGS)
+
+# Soak runs, too long for make test (README "Limits and security" quotes them):
+# SOAK_CYCLES sequential dial/echo/close cycles while a long-lived connection
+# holds the device, and SOAK_CONNS concurrent connections, inside Soft-RoCE,
+# without the race detector (its cost would dominate). Fails if a test skipped.
+SOAK_CYCLES ?= 10000
+SOAK_CONNS ?= 1000
+soak: setup
+	@mkdir -p $(BUILD)
+	$(GO) test -c -o $(BUILD)/soak.test .
+	@set -o pipefail; RDMA_TEST_CYCLES=$(SOAK_CYCLES) RDMA_TEST_CONNS=$(SOAK_CONNS) scripts/softroce run -- \
+	  $(BUILD)/soak.test -test.v -test.count=1 -test.timeout=150m -test.run '^(TestDialCycles|TestManyConnections)$$' | \
+	  tee $(BUILD)/soak.out
+	@! grep -- '--- SKIP' $(BUILD)/soak.out || { echo "FAIL: soak tests skipped"; exit 1; }
+	@echo "make soak: PASS"
 
 clean:
 	rm -rf $(BUILD)

@@ -81,6 +81,9 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		// receive buffer is held by the notification until it is released.
 		// After the end (a protocol error, or a peer writing after its
 		// FIN) Notifications() is closed: drop it, repost the buffer.
+		if !c.peerSpentLocked() {
+			return
+		}
 		if c.msgsClosed {
 			c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 			return
@@ -97,9 +100,10 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err))
 		return
 	}
-	if kind == wire.KindKeepalive && c.features&wire.FeatureKeepalive != 0 {
-		// A probe, in the receive kept for it beyond the credits: repost
-		// that without granting a credit (the credits it carries count).
+	if (kind == wire.KindKeepalive || kind == wire.KindCredit) && c.features&wire.FeatureControlReserve != 0 {
+		// A credit update or probe, in a receive kept for them beyond the
+		// credits: repost that without granting a credit (the credits it
+		// carries count).
 		c.credits += int(credits)
 		c.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
@@ -111,6 +115,9 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		c.rendezvousDoneLocked(credits)
 		c.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
+		return
+	}
+	if !c.peerSpentLocked() {
 		return
 	}
 	c.credits += int(credits)

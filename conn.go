@@ -46,10 +46,14 @@ type Conn struct {
 	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
 	rdSpin, wrSpin poller.SpinBudget
 	chanUser       atomic.Bool // the user took a delivery channel (channelUser)
+	starvedHint    atomic.Bool // mirrors peerStarved (window.go), read without c.mu
 	closeOnce      sync.Once
 	closeErr       error // set inside closeOnce
 
-	sendWRs []verbs.SendWR // guarded by writeMu: scratch for Write
+	sendWRs    []verbs.SendWR // guarded by writeMu: scratch for Write
+	writeSlots []int          // guarded by writeMu: the send buffers a Write reserved
+
+	counts connCounters // metrics_conn.go: atomics (noCredit: mu)
 
 	mu              sync.Mutex     // guards every field below, and the embedded states
 	streamState                    // stream.go: received bytes, credits, end of stream
@@ -82,20 +86,26 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		rdDeadline: makeDeadline(),
 		wrDeadline: makeDeadline(),
 		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
-		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+keepaliveReserve),
+		writeSlots: make([]int, 0, cfg.SendBuffers),
+		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
 	}
-	ep, err := newEndpoint(id, cfg, c.handleCompletions)
+	ep, err := newEndpoint(id, cfg, c.countCompletions)
 	if err != nil {
 		return nil, err
 	}
 	c.ep = ep
 	c.port = id.PortNum()
-	c.rq = make([]rxMsg, ep.nRecv) // every receive posted
+	c.rq = make([]rxMsg, ep.maxRecv) // every receive posted
+	c.window, c.peerCredits = initialWindow(cfg), initialWindow(cfg)
+	c.sendFree = make([]int, 0, cfg.SendBuffers)
+	for i := range ep.send {
+		c.sendFree = append(c.sendFree, i)
+	}
 	c.sq = make([]sqEntry, ep.sqDepth)
 	// Counted before the handshake posts them: a receive may complete (the
 	// peer's first message) before start runs, and its completion must
 	// find the count (else Close waits its whole flush timeout).
-	c.recvPosted = ep.nRecv
+	c.recvPosted = len(ep.recv)
 	c.dev = ep.dev
 	c.initMessages()
 	c.dev.addConn(c)
@@ -122,6 +132,7 @@ func (c *Conn) start() {
 	c.raddr = &Addr{c.id.PeerAddr()}
 	c.mu.Unlock()
 	c.startKeepalive()
+	registerConn(c) // metrics
 	go c.eventLoop()
 }
 
@@ -327,6 +338,7 @@ func (c *Conn) release() error {
 	}
 	c.ch.Close() // ends eventLoop
 	<-c.eventsDone
+	unregisterConn(c) // metrics: its counts join its device's totals
 	return err
 }
 

@@ -15,7 +15,9 @@ import (
 // endpoint holds one connection's verbs objects: its QP (on the shared CQ of
 // the poller it is attached to) and its send and receive rings (Bufs from the
 // device's registered pool, so setting up a connection registers no memory
-// once the pool is warm).
+// once the pool is warm). The rings start small and grow with traffic
+// (window.go) up to the Config's sizes, which the QP, the CQ entries and
+// the connection's bookkeeping are sized for from the start.
 type endpoint struct {
 	dev     *device
 	poller  *poller.Poller
@@ -23,34 +25,35 @@ type endpoint struct {
 	entries int    // CQ entries reserved on the poller
 	qp      *verbs.QP
 	lim     verbs.PortLimits
-	recv    []buffer.Buf
-	send    []buffer.Buf
-	rvDesc  buffer.Buf // rendezvous announcements: RendezvousLen bytes per message send slot
+	recv    []buffer.Buf // receive buffers so far (grown up to maxRecv)
+	send    []buffer.Buf // send buffers so far (grown up to maxSend)
+	rvDesc  buffer.Buf   // rendezvous announcements: RendezvousLen bytes per message send slot
 
-	bufSize, nRecv, nSend int
-	maxMsgs, maxOps       int // zero-copy messages and one-sided operations in flight
-	maxInline             int // largest payload sent inline (copied into the work request)
-	sqDepth               int
-	ackTimeout            uint8 // the QP's local ACK timeout exponent (0: rdma_cm's)
-	retryCnt              uint8
-	ackTimeoutSet         uint8 // what the QP got at RTS (for the detection bound)
-	closed                bool
+	bufSize          int
+	maxRecv, maxSend int // the rings' largest sizes
+	maxMsgs, maxOps  int // zero-copy messages and one-sided operations in flight
+	maxInline        int // largest payload sent inline (copied into the work request)
+	sqDepth          int
+	ackTimeout       uint8 // the QP's local ACK timeout exponent (0: rdma_cm's)
+	retryCnt         uint8
+	ackTimeoutSet    uint8 // what the QP got at RTS (for the detection bound)
+	closed           bool
 }
 
 // Work-request ids: [token:24][kind:8][index:32].
 const (
-	wrRecv      = 1 << 32
-	wrSendData  = 2 << 32
-	wrSendCtl   = 3 << 32
-	wrSendMsg   = 4 << 32
-	wrOneSided  = 5 << 32
-	wrSendRv    = 6 << 32  // a rendezvous announcement (index: send slot)
-	wrBind      = 7 << 32  // a window bind (index: send slot)
-	wrInval     = 8 << 32  // a window invalidate (index: send slot)
-	wrReadRv    = 9 << 32  // a rendezvous READ (index: receive buffer)
-	wrSendProbe = 10 << 32 // a keepalive probe
-	wrKindMask  = 0xff << 32
-	wrIdxMask   = 0xffffffff
+	wrRecv     = 1 << 32
+	wrSendData = 2 << 32
+	wrSendCtl  = 3 << 32
+	wrSendMsg  = 4 << 32
+	wrOneSided = 5 << 32
+	wrSendRv   = 6 << 32  // a rendezvous announcement (index: send slot)
+	wrBind     = 7 << 32  // a window bind (index: send slot)
+	wrInval    = 8 << 32  // a window invalidate (index: send slot)
+	wrReadRv   = 9 << 32  // a rendezvous READ (index: receive buffer)
+	wrSendUnc  = 10 << 32 // a credit update or keepalive probe that spends no credit (wire.FeatureControlReserve)
+	wrKindMask = 0xff << 32
+	wrIdxMask  = 0xffffffff
 )
 
 // ctlReserve is the send-queue room kept for control messages (credit
@@ -68,18 +71,19 @@ const maxOneSided = 16
 
 // maxRendezvous is how many messages larger than the peer's receive buffers
 // a connection has in flight in each direction (rendezvous.go). Each side
-// posts this many receives beyond its credits, so the peer's "done" answers
-// never need a credit; and the send queue has room for a window bind or
-// invalidate, an RDMA READ and a done per rendezvous.
+// posts a receive beyond its credits per rendezvous it may have
+// outstanding (the reserve grows with use, up to this), so the peer's
+// "done" answers never need a credit; and the send queue has room for a
+// window bind or invalidate, an RDMA READ and a done per rendezvous.
 const maxRendezvous = 8
 
 func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err error) {
-	e := &endpoint{bufSize: cfg.BufferSize, nRecv: cfg.RecvBuffers + maxRendezvous + keepaliveReserve, nSend: cfg.SendBuffers,
+	e := &endpoint{bufSize: cfg.BufferSize, maxRecv: cfg.RecvBuffers + maxRendezvous + ctlRecvReserve, maxSend: cfg.SendBuffers,
 		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided, retryCnt: uint8(cfg.RetryCount)}
 	if cfg.AckTimeout > 0 {
 		e.ackTimeout = ackTimeoutExp(cfg.AckTimeout)
 	}
-	e.sqDepth = e.nSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
+	e.sqDepth = e.maxSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
 	defer func() {
 		if err != nil {
 			// No Conn owns the receive ring yet: free it here (the QP, which
@@ -110,14 +114,14 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if err = e.dev.usable(id.PortNum()); err != nil {
 		return nil, err // fail fast: the port is down, or the device failed
 	}
-	e.entries = e.nRecv + e.sqDepth
+	e.entries = e.maxRecv + e.sqDepth
 	p, tok, err := e.dev.pollers.Attach(h, e.entries)
 	if err != nil {
 		return nil, err
 	}
 	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
 	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
-		SendWR: e.sqDepth, RecvWR: e.nRecv, InlineData: inlineRequest}
+		SendWR: e.sqDepth, RecvWR: e.maxRecv, InlineData: inlineRequest}
 	if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
 		qpc.InlineData = 0 // the device has less inline room (or none): post every payload by reference
 		if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
@@ -125,14 +129,14 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 		}
 	}
 	e.maxInline = e.qp.MaxInline
-	for i := 0; i < e.nRecv; i++ {
+	for range initialWindow(cfg) + ctlRecvReserve {
 		b, err := e.dev.pool.Get(e.bufSize)
 		if err != nil {
 			return nil, err
 		}
 		e.recv = append(e.recv, b)
 	}
-	for i := 0; i < e.nSend; i++ {
+	for range min(initialSendBuffers, e.maxSend) {
 		b, err := e.dev.pool.Get(e.bufSize)
 		if err != nil {
 			return nil, err
@@ -198,7 +202,7 @@ func (e *endpoint) recvWR(i int) verbs.RecvWR {
 // postInitialRecvs posts every receive buffer; it must happen before the
 // peer learns our credits (before accept / establish).
 func (e *endpoint) postInitialRecvs() error {
-	wrs := make([]verbs.RecvWR, e.nRecv)
+	wrs := make([]verbs.RecvWR, len(e.recv))
 	for i := range wrs {
 		wrs[i] = e.recvWR(i)
 	}

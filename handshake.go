@@ -34,7 +34,7 @@ const readDepth = 4
 // announced as 65535.
 func (c *Conn) hello() []byte {
 	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: wire.Supported,
-		Credits: uint16(min(c.cfg.RecvBuffers, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
+		Credits: uint16(min(c.window, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
 		MaxMsgSize: uint32(c.maxRecvMessage())}
 	return h.AppendTo(nil)
 }

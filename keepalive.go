@@ -6,43 +6,43 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
 
 // Keepalive (Config.KeepAlive). A connection that has received nothing for
 // the keepalive interval sends a probe: a zero-length SEND_WITH_IMM of kind
-// KindKeepalive into the one receive the peer keeps posted beyond our
-// credits for it (wire.FeatureKeepalive). The peer's NIC acknowledges it
-// whether or not the peer's application reads, so a slow reader is never
-// taken for a dead peer; the peer's completion handler reposts the receive
-// without granting a credit. A probe spends no credit, so it can be sent
-// even when a silent peer holds all of them (a writer waiting for credit),
-// and two sides probing at once cannot deadlock on the last credit.
+// KindKeepalive into one of the receives the peer keeps posted beyond our
+// credits for control messages (wire.FeatureControlReserve; credit updates
+// use them too, see stream.go). The peer's NIC acknowledges it whether or
+// not the peer's application reads, so a slow reader is never taken for a
+// dead peer; the peer's completion handler reposts the receive without
+// granting a credit. A probe spends no credit, so it can be sent even when
+// a silent peer holds all of them (a writer waiting for credit).
 //
-// One probe is in flight at a time (the next waits for the previous one's
-// completion), so the single reserved receive suffices as long as the
-// peer's process polls its CQ once per interval. A probe the peer's NIC
-// never acknowledges fails after the transport's retries (AckTimeout x
-// (RetryCount + 1)) with a retry-exceeded completion, which fails the
-// connection with a *transportTimeout: every blocked call returns.
+// A probe the peer's NIC never acknowledges fails after the transport's
+// retries (AckTimeout x (RetryCount + 1)) with a retry-exceeded completion,
+// which fails the connection with a *transportTimeout: every blocked call
+// returns.
 
-// keepaliveReserve is how many receives each side posts beyond its credits
-// (and the rendezvous reserve) for the peer's probes.
-const keepaliveReserve = 1
+// ctlRecvReserve is how many receives each side posts beyond its credits
+// (and the rendezvous reserve) for the peer's credit updates and probes.
+// The peer has one outstanding at a time (ctlOut) and sends the next only
+// after the previous one's completion; the second receive covers a peer
+// whose completion handler has not reposted the first one yet.
+const ctlRecvReserve = 2
 
 // keepaliveState is the keepalive's state, guarded by Conn.mu.
 type keepaliveState struct {
 	kaTimer   *time.Timer // nil when keepalive is off for this connection
 	lastHeard time.Time   // the last receive completion (anything from the peer)
-	probeOut  bool        // a probe is posted and not completed
+	ctlOut    bool        // a credit update or probe that spends no credit is posted and not completed
 	probes    uint64      // probes sent
 }
 
 // startKeepalive arms the keepalive timer if both sides negotiated the
 // feature and the Config enables it. Called once the connection is up.
 func (c *Conn) startKeepalive() {
-	if c.cfg.KeepAlive <= 0 || c.features&wire.FeatureKeepalive == 0 {
+	if c.cfg.KeepAlive <= 0 || c.features&wire.FeatureControlReserve == 0 {
 		return
 	}
 	c.mu.Lock()
@@ -68,14 +68,11 @@ func (c *Conn) keepaliveTick() {
 	}
 	next := c.cfg.KeepAlive - time.Since(c.lastHeard)
 	if next <= 0 {
-		if !c.probeOut && c.sqUsedLocked() < c.ep.sqDepth {
-			// Pending credits ride along, as on any control message.
-			wr := verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindKeepalive, uint32(c.pending))}
-			if c.postLocked(wr, wrSendProbe, 0, true) == nil {
-				c.pending = 0
-				c.probeOut = true
-				c.probes++
-			}
+		// Skipped while a credit update is in flight: its
+		// acknowledgement, or its failure, says as much. Pending credits
+		// ride along, as on any control message.
+		if !c.ctlOut && c.sendCtlLocked(wire.KindKeepalive) {
+			c.probes++
 		}
 		next = c.cfg.KeepAlive
 	}

@@ -254,43 +254,36 @@ func TestKeepaliveOlderPeer(t *testing.T) {
 	}
 }
 
-// Close reports an end of stream it could not deliver: with every receive
-// buffer of the peer full (it stopped reading) and the last credit spent
-// on returning credits, the end-of-stream mark cannot be sent, and Close
-// says so with a timeout error after Config.CloseTimeout, as does
-// CloseWrite. A Close whose data and end did arrive returns nil.
-func TestCloseReportsUndeliveredEnd(t *testing.T) {
-	cfg := &Config{RecvBuffers: 4, BufferSize: 4096, CloseTimeout: rdmatest.Scale(300 * time.Millisecond)}
-	client, server, ln := connPair(t, cfg)
-	defer ln.Close()
-	defer server.Close()
-	// Fill the server's buffers: 3 chunks leave the client one credit.
-	if _, err := client.Write(make([]byte, 3*4096)); err != nil {
-		t.Fatal(err)
-	}
-	// The client reads a byte from the server and returns the credit at
-	// once (threshold 1): its last credit goes on that.
-	if _, err := server.Write([]byte{1}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(client, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the client to spend its last credit", func() bool {
-		client.mu.Lock()
-		defer client.mu.Unlock()
-		return client.credits == 0
-	})
-	if err := client.CloseWrite(); err == nil || !isTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("CloseWrite with no credit for end-of-stream: %v, want a timeout", err)
-	} else {
-		t.Logf("CloseWrite: %v", err)
-	}
-	start := time.Now()
-	err := client.Close()
-	t.Logf("Close after %v: %v", time.Since(start), err)
-	if err == nil || !isTimeout(err) || !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("Close with no credit for end-of-stream: %v, want a timeout", err)
+// Close reports what it could not deliver. With the peer's host gone (its
+// QP silenced), data written just before Close is never acknowledged:
+// Close says so with a timeout after Config.CloseTimeout, or with the
+// transport's ETIMEDOUT when the retries run out first. A Close whose data
+// and end did arrive returns nil, as does one after the peer closed.
+func TestCloseReportsUndelivered(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"close timeout first", Config{CloseTimeout: rdmatest.Scale(300 * time.Millisecond), AckTimeout: 2 * time.Second, RetryCount: 6}, os.ErrDeadlineExceeded},
+		{"transport timeout first", Config{CloseTimeout: rdmatest.Scale(5 * time.Second), AckTimeout: 30 * time.Millisecond, RetryCount: 1}, syscall.ETIMEDOUT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, server, ln := connPair(t, &tc.cfg)
+			defer ln.Close()
+			defer server.Close()
+			silence(t, server)
+			if _, err := client.Write([]byte("lost")); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			err := client.Close()
+			t.Logf("Close after %v: %v", time.Since(start), err)
+			var ne net.Error
+			if !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, tc.want) {
+				t.Errorf("Close with undelivered data: %v, want a timeout matching %v", err, tc.want)
+			}
+		})
 	}
 
 	// A well-behaved pair closes without error.

@@ -57,13 +57,15 @@ type recvSlot struct {
 func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
 func (c *Conn) initMessages() {
-	n := c.ep.nRecv
+	n := c.ep.maxRecv
 	c.msgs = make(chan buffer.Buf, n)    // at most n receive buffers can be lent at once
 	c.notes = make(chan Notification, n) // likewise
 	c.slots = make([]recvSlot, n)
 	c.lent = make([]bool, n)
 	for i := range c.slots {
 		c.slots[i] = recvSlot{c, i}
+	}
+	for i := range c.ep.recv {
 		c.ep.recv[i].SetRecycler(&c.slots[i])
 	}
 	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
@@ -111,20 +113,24 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 // once the NIC is done with it. The peer receives it whole on Messages().
 // A failure after posting ends the connection and shows in the next call.
 func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
+	n := b.Len()
 	if err := c.send(ctx, b, false, 0); err != nil {
 		b.Release()
 		return c.opError("send", err)
 	}
+	c.counts.sent(n)
 	return nil
 }
 
 // PostSend is Send whose outcome (the NIC finished sending b, or an error)
 // also arrives on Completions() with id.
 func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	n := b.Len()
 	if err := c.send(ctx, b, true, id); err != nil {
 		b.Release()
 		return c.opError("send", err)
 	}
+	c.counts.sent(n)
 	return nil
 }
 
@@ -132,6 +138,10 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	if !b.Valid() {
 		return buffer.ErrReleased
 	}
+	// End runs after the unlock (defers run last-in first-out): ending a
+	// wait may poll the CQ and dispatch completions, which takes c.mu.
+	var w poller.Waiter
+	defer w.End()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b.Len() > c.peerMaxMsg {
@@ -142,8 +152,6 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
 	}
 	large := b.Len() > c.peerBufSize
-	var w poller.Waiter
-	defer w.End()
 	for {
 		if err := c.writeErrLocked(); err != nil {
 			return err
@@ -151,9 +159,13 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		if async && !c.asyncRoomLocked() {
 			return ErrCompletionsFull
 		}
+		c.counts.creditCheck(c.credits < 2) // metrics
 		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
-			(!large || c.rvOut < maxRendezvous) {
+			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) {
 			break
+		}
+		if large && c.rvReserve == 0 && !c.qpDown {
+			return fmt.Errorf("%w: no receive buffer for the peer's answer to a large message", buffer.ErrExhausted)
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
 			return err
@@ -186,7 +198,7 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		c.msgFree = append(c.msgFree, slot)
 		return err
 	}
-	c.pending = 0
+	c.grantedLocked()
 	c.credits--
 	if async {
 		c.asyncOut++
@@ -267,6 +279,7 @@ func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, er
 // why (Messages() and Notifications() close at the end of the connection).
 func received[T any](c *Conn, op string, v T, ok bool) (T, error) {
 	if ok {
+		c.windowTaken()
 		return v, nil
 	}
 	var zero T

@@ -164,11 +164,19 @@ import (
 // Config tunes connections. The zero value is ready to use; every field's
 // zero value is documented beside it.
 type Config struct {
-	// RecvBuffers is how many receive buffers each connection posts, which is
-	// also the number of messages the peer may have in flight (its credits).
-	// 0 means 64; the minimum is 4.
+	// RecvBuffers is how many receive buffers each connection posts at
+	// most, which is also the most messages the peer may have in flight
+	// (its credits). A connection starts with 4 and doubles them when the
+	// peer runs out of credits while the application keeps up with what
+	// arrives, as TCP grows its window; an idle connection pins 228 KiB
+	// with the default sizes. Each message, however small, takes a whole
+	// receive buffer: until this side reads, the peer has at most 3
+	// messages (or writes of up to BufferSize) in flight, the last credit
+	// being kept for end of stream. 0 means 64; the minimum is 4.
 	RecvBuffers int
-	// SendBuffers is how many registered send buffers each connection has.
+	// SendBuffers is how many registered send buffers each connection has
+	// at most (it starts with 1 and doubles them when a writer has credits
+	// but no free buffer); also the most zero-copy Sends in flight.
 	// 0 means 64; the minimum is 2.
 	SendBuffers int
 	// BufferSize is the size of each send and receive buffer in bytes; writes
@@ -191,7 +199,8 @@ type Config struct {
 	// before it probes it, as net.Dialer.KeepAlive; the probes repeat at
 	// that interval while the connection stays silent. 0 means 15 s; a
 	// negative value disables them. A probe is a zero-length send into a
-	// receive buffer the peer keeps posted for it: its NIC acknowledges it
+	// receive buffer the peer keeps posted for control messages: its NIC
+	// acknowledges it
 	// without the peer's application taking part, so a slow reader is never
 	// mistaken for a dead peer, and a connection that carries traffic sends
 	// none. A probe the peer's NIC does not acknowledge fails after the
@@ -199,8 +208,8 @@ type Config struct {
 	// detected within KeepAlive + AckTimeout x (RetryCount + 1), and blocked
 	// and later calls fail with an error wrapping syscall.ETIMEDOUT
 	// ("connection timed out"), as TCP's keepalive does. Probes need a peer
-	// of protocol 1.2 or later (the keepalive feature); with an older one
-	// none is sent.
+	// of protocol 1.2 or later (its control-reserve feature); with an
+	// older one none is sent.
 	KeepAlive time.Duration
 	// AckTimeout is the RC transport's local ACK timeout: how long the NIC
 	// waits for an acknowledgement before it retransmits. Devices count it

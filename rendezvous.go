@@ -101,15 +101,15 @@ func (c *Conn) maxRecvMessage() int {
 }
 
 func (c *Conn) initRendezvous() {
-	c.rvIn = make([]rvRecv, c.ep.nRecv)
-	c.bigSlots = make([]bigSlot, c.ep.nRecv)
-	c.bigRefs = make([]*buffer.RecyclerRef, c.ep.nRecv)
+	c.rvIn = make([]rvRecv, c.ep.maxRecv)
+	c.bigSlots = make([]bigSlot, c.ep.maxRecv)
+	c.bigRefs = make([]*buffer.RecyclerRef, c.ep.maxRecv)
 	for i := range c.bigSlots {
 		c.bigSlots[i] = bigSlot{c, i}
 		c.bigRefs[i] = buffer.NewRecyclerRef(&c.bigSlots[i])
 	}
-	c.inbox = make([]int, c.ep.nRecv)
-	c.rvDone = make([]uint32, 0, c.ep.nRecv)
+	c.inbox = make([]int, c.ep.maxRecv)
+	c.rvDone = make([]uint32, 0, c.ep.maxRecv)
 	c.rvInval = make([]int, 0, c.ep.maxMsgs)
 	c.rvMW = make([]*verbs.MW, c.ep.maxMsgs)
 	c.rvSending = make([]bool, c.ep.maxMsgs)
@@ -150,7 +150,7 @@ func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
 	}
 	c.rvSending[slot] = true
 	c.rvOut++
-	c.pending = 0
+	c.grantedLocked()
 	c.credits--
 	return nil
 }

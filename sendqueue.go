@@ -2,7 +2,10 @@
 
 package rdma
 
-import "github.com/verbline/rdma/internal/verbs"
+import (
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
+)
 
 // The send queue in posting order. RC completes a QP's send work requests
 // in order, so most are posted unsignaled (no completion of their own) and
@@ -50,8 +53,9 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 	c.sqInFlight++
 	wr.WRID = c.ep.wrid(kind, pos)
 	// After this side's end of stream nothing may follow to retire an
-	// unsignaled request (a credit update while the peer still sends), and
-	// Close waits for every request to retire: signal them all.
+	// unsignaled request (a rendezvous done answer, a credit update to a
+	// 1.1 peer), and Close waits for every request to retire: signal them
+	// all (found by the two-guest tests on a lossy link).
 	if force || c.finSent || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
 		wr.Flags |= verbs.SendSignaled
 		c.sqUnsig = 0
@@ -65,7 +69,7 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 // back is running low.
 func (c *Conn) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
-		c.ep.nSend-int(c.sendSeq-c.sendDone) < signalEvery ||
+		len(c.sendFree) < min(signalEvery, len(c.ep.send)) ||
 		len(c.msgFree) < signalEvery
 }
 
@@ -96,12 +100,20 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 	switch e.kind {
 	case wrSendData:
 		c.sendDone++
+		if e.idx >= 0 { // an inline send gave its buffer back at once
+			c.sendFree = append(c.sendFree, e.idx)
+		}
 		c.sendFailedLocked(wc)
 	case wrSendCtl, wrSendRv, wrBind:
 		c.sendFailedLocked(wc)
-	case wrSendProbe:
-		c.probeOut = false
+	case wrSendUnc:
+		c.ctlOut = false
 		c.sendFailedLocked(wc)
+		if c.creditsUrgentLocked() {
+			// Credits earned while the update was in flight, which a
+			// reader going to sleep may have tried to flush.
+			c.sendCtlLocked(wire.KindCredit)
+		}
 	case wrSendMsg:
 		c.sendFailedLocked(wc)
 		c.msgDoneLocked(e.idx, wc.Err())

@@ -35,6 +35,9 @@ type ConnStats struct {
 	// queue pair and CQ errors, device fatal) the connection's device
 	// reported since it was opened.
 	DeviceEvents uint64
+	// BufferBytes is the registered memory the connection's send and
+	// receive rings hold now (they grow with traffic: see Config.RecvBuffers).
+	BufferBytes uint64
 }
 
 // Stats returns the connection's counters.
@@ -47,7 +50,7 @@ func (c *Conn) Stats() ConnStats {
 		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
 		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
 		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms,
-		KeepaliveProbes: c.keepaliveProbes(), DeviceEvents: c.dev.events.Load()}
+		KeepaliveProbes: c.keepaliveProbes(), DeviceEvents: c.dev.events.Load(), BufferBytes: c.ringBytes()}
 }
 
 func (c *Conn) keepaliveProbes() uint64 {

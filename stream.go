@@ -36,11 +36,13 @@ type streamState struct {
 	eof        bool // the peer sent end-of-stream
 	rerr       error
 	// Send side.
-	credits  int    // peer receive buffers we may still fill
-	sendSeq  uint64 // data sends posted
-	sendDone uint64 // data sends completed (RC completes in order)
-	finSent  bool
-	werr     error
+	credits     int    // peer receive buffers we may still fill
+	sendSeq     uint64 // data sends posted
+	sendDone    uint64 // data sends completed (RC completes in order)
+	sendFree    []int  // send buffers (indices into ep.send) not in flight
+	finSent     bool
+	werr        error
+	windowState // window.go: how far the rings have grown, the peer's credits
 }
 
 type rxMsg struct {
@@ -49,9 +51,24 @@ type rxMsg struct {
 	n   int // bytes received
 }
 
-// creditThreshold is how many reposted receives we collect before returning
-// them in a message of their own (they also ride on every data message).
-func (c *Conn) creditThreshold() int { return max(1, c.cfg.RecvBuffers/4) }
+// creditsUrgentLocked reports whether pending credits should go back in a
+// message of their own now rather than ride on the next data message: the
+// peer is down to half its window by our count (it may be waiting for
+// them: data needs two), or a quarter of the window (at least 2) is
+// pending. A
+// ping-pong, whose replies carry the credits, sends no update at all (each
+// one would be a doorbell more per round trip).
+//
+// A 1.0/1.1 peer spends a credit on each credit update it receives and
+// earns one back when it reposts it: there at least 2 must be pending, so
+// that a lone update's receive never triggers an update in return.
+func (c *Conn) creditsUrgentLocked() bool {
+	min := 1
+	if c.features&wire.FeatureControlReserve == 0 {
+		min = 2
+	}
+	return c.pending >= min && (c.peerCredits <= c.window/2 || c.pending >= max(2, c.window/4))
+}
 
 // Read reads data from the connection. It returns io.EOF once the peer has
 // closed (or half-closed) and every byte it wrote has been read.
@@ -147,43 +164,62 @@ func (c *Conn) repostLocked() {
 	c.pending += len(c.recvWRs) - c.uncredited
 	c.uncredited = 0
 	c.recvWRs = c.recvWRs[:0]
+	c.maybeGrowWindowLocked()
 	c.maybeSendCreditsLocked()
 }
 
 // flushCredits returns every pending credit now, below the threshold: a
 // receiver about to sleep must not sit on credits its peer may be waiting
-// for (the last one before a wait, as for signaled sends).
+// for (the last one before a wait, as for signaled sends). If a credit
+// update is in flight already, its completion sends the rest.
 func (c *Conn) flushCredits() {
 	c.mu.Lock()
-	if c.pending > 0 && c.credits >= 1 && !c.qpDown {
+	if c.pending > 0 && !c.qpDown && c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
 	}
 	c.mu.Unlock()
 }
 
-// maybeSendCreditsLocked returns pending credits in a control message when
-// enough have accumulated. A control message may use the last credit: data
-// never does, so one is always left for this (otherwise both sides could sit
-// on credits neither can send).
+// maybeSendCreditsLocked returns pending credits in a credit update when
+// the peer may need them (creditsUrgentLocked).
 func (c *Conn) maybeSendCreditsLocked() {
-	if c.pending >= c.creditThreshold() && c.credits >= 1 {
+	if c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
 	}
 }
 
 // sendCtlLocked posts a zero-length control message carrying all pending
-// credits. Called with c.mu held; the caller checked c.credits >= 1. End of
-// stream asks for its completion: Close waits for every send to retire.
+// credits, and reports whether it did. Credit updates and probes to a peer
+// that keeps receives for them (wire.FeatureControlReserve) spend no
+// credit, one at a time: receiving one earns the peer no credit to return,
+// so two sides returning credits cannot bounce updates back and forth.
+// Otherwise (end of stream, or a 1.0/1.1 peer) the message spends a
+// credit, and may spend the last one: data never does, so one is always
+// left for it. End of stream and the uncredited messages ask for their
+// completion (Close waits for every send to retire; the next uncredited
+// one waits for the previous). Called with c.mu held.
 func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 	if c.qpDown || c.sqUsedLocked() >= c.ep.sqDepth {
 		return false
 	}
-	if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, uint32(c.pending))},
-		wrSendCtl, 0, kind == wire.KindFIN) != nil {
+	uncredited := kind != wire.KindFIN && c.features&wire.FeatureControlReserve != 0
+	if uncredited && c.ctlOut || !uncredited && c.credits < 1 {
 		return false
 	}
-	c.credits--
-	c.pending = 0
+	wrKind := uint64(wrSendCtl)
+	if uncredited {
+		wrKind = wrSendUnc
+	}
+	if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, uint32(c.pending))},
+		wrKind, 0, kind == wire.KindFIN || uncredited) != nil {
+		return false
+	}
+	if uncredited {
+		c.ctlOut = true
+	} else {
+		c.credits--
+	}
+	c.grantedLocked()
 	return true
 }
 
@@ -193,6 +229,7 @@ func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 // in the socket buffer).
 func (c *Conn) Write(b []byte) (int, error) {
 	n, err := c.write(b)
+	c.counts.wrote(n)
 	if err != nil {
 		err = c.opError("write", err)
 	}
@@ -216,9 +253,12 @@ func (c *Conn) write(b []byte) (int, error) {
 			return written, nil
 		}
 		// Reserve send buffers and credits for as many chunks as we can.
-		free := c.ep.nSend - int(c.sendSeq-c.sendDone)
+		if len(c.sendFree) == 0 && c.credits > 1 {
+			c.growSendRingLocked() // send buffers, not credits, limit the stream
+		}
 		room := c.ep.sqDepth - ctlReserve/2 - c.sqUsedLocked()
-		k := min(free, room, c.credits-1)
+		k := min(len(c.sendFree), room, c.credits-1)
+		c.counts.creditCheck(c.credits < 2) // metrics: data leaves the last credit for control messages
 		if k <= 0 {
 			c.mu.Unlock()
 			if c.spinWait(&w, &c.wrSpin) {
@@ -231,17 +271,18 @@ func (c *Conn) write(b []byte) (int, error) {
 			}
 			continue
 		}
-		first := c.sendSeq
 		c.sendSeq += uint64(k) // reserved: only this writer (writeMu) posts data
 		c.credits -= k
 		c.sqReserved += k // queue positions are taken at the post, in posting order
+		slots := append(c.writeSlots[:0], c.sendFree[len(c.sendFree)-k:]...)
+		c.sendFree = c.sendFree[:len(c.sendFree)-k]
+		sendBufs := c.ep.send // the ring may grow (a new slice) once c.mu is dropped
 		c.mu.Unlock()
 
 		// Copy outside the lock; the completion loop keeps running.
 		wrs := c.sendWRs[:0]
 		for i := 0; i < k && len(b) > 0; i++ {
-			slot := int((first + uint64(i)) % uint64(c.ep.nSend))
-			sb := c.ep.send[slot]
+			sb := sendBufs[slots[i]]
 			m := copy(sb.Full()[:c.peerBufSize], b)
 			b = b[m:]
 			written += m
@@ -256,9 +297,18 @@ func (c *Conn) write(b []byte) (int, error) {
 		c.sendSeq -= uint64(unused)
 		c.credits += unused
 		c.sqReserved -= k
+		c.sendFree = append(c.sendFree, slots[len(wrs):]...)
+		for i := range wrs {
+			if wrs[i].Flags&verbs.SendInline != 0 {
+				// The payload was copied into the request at post time (below,
+				// under c.mu): the buffer is free once posted.
+				c.sendFree = append(c.sendFree, slots[i])
+				slots[i] = -1
+			}
+		}
 		// Every data message carries the credits pending so far.
 		wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
-		c.pending = 0
+		c.grantedLocked()
 		for i := 1; i < len(wrs); i++ {
 			wrs[i].Imm = wire.EncodeImm(wire.KindData, 0)
 		}
@@ -270,7 +320,7 @@ func (c *Conn) write(b []byte) (int, error) {
 			}
 		} else {
 			for i := range wrs {
-				c.sqPushLocked(&wrs[i], wrSendData, 0, false)
+				c.sqPushLocked(&wrs[i], wrSendData, slots[i], false)
 			}
 			err = c.ep.qp.PostSend(wrs)
 			if err != nil {
@@ -329,7 +379,7 @@ func (c *Conn) sendFIN(timeout time.Duration) error {
 		if c.qpDown {
 			return net.ErrClosed
 		}
-		if c.credits >= 1 && c.sendCtlLocked(wire.KindFIN) {
+		if c.sendCtlLocked(wire.KindFIN) {
 			c.finSent = true
 			c.broadcast()
 			return nil

@@ -228,5 +228,5 @@ type ConnStats struct {
 	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
 	PollCalls, Completions, PollerSleeps, PollerWakeups       uint64
 	InlinePolls, EmptyPolls, Parks, Arms                      uint64
-	KeepaliveProbes, DeviceEvents                             uint64
+	KeepaliveProbes, DeviceEvents, BufferBytes                uint64
 }

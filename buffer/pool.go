@@ -34,9 +34,10 @@ type Options struct {
 	// with SlabSize/class buffers, at least one (an arena is never smaller
 	// than its class). 0: 4 MiB, a multiple of 2 MiB so huge pages fit.
 	SlabSize int
-	// MaxBytes caps all arenas together. 0: 1 GiB. Past it Get returns
-	// ErrExhausted and GetWait waits. Arenas are kept until Close, so the
-	// cap is shared by the classes in the order they grow.
+	// MaxBytes caps all arenas together. 0: 1 GiB. Past it, a class that
+	// needs an arena takes one back from other classes (an arena none of
+	// whose buffers is handed out is deregistered and unmapped); only if
+	// none is free does Get return ErrExhausted and GetWait wait.
 	MaxBytes int64
 	// TrackAllocations records the caller's stack on every Get, for Leaks
 	// and misuse errors. It costs allocations per Get; meant for tests.
@@ -85,6 +86,7 @@ type Stats struct {
 	Misses         uint64   // needed a new arena
 	Exhausted      uint64   // Gets that found the pool exhausted (a GetWait counts once)
 	DoubleReleases uint64   // double releases and other uses of stale handles
+	Reclaimed      uint64   // arenas given back so that another class could grow
 }
 
 // Leak is a buffer still outstanding.
@@ -107,6 +109,7 @@ type Pool struct {
 	// misses + failed), which spares the common path one atomic add.
 	inUse, highWater                                atomic.Int64
 	hits, misses, failed, exhausted, doubleReleases atomic.Uint64
+	reclaimed                                       atomic.Uint64
 
 	// Waiters park on waitCh; a release closes and replaces it when
 	// waiters > 0, so the common Release pays one atomic load.
@@ -121,8 +124,10 @@ type Pool struct {
 }
 
 type arenaReg struct {
-	a   *Arena
-	reg Registration // nil without a Registrar
+	a     *Arena
+	reg   Registration // nil without a Registrar
+	c     *class       // the class it was carved for
+	chunk int          // its chunk in c's slot table
 }
 
 // class is one size class: its free list and how its arenas are carved.
@@ -327,7 +332,10 @@ func (p *Pool) grow(c *class) (*slot, error) {
 	}
 	remaining := p.opt.MaxBytes - p.arenaBytes
 	if int64(c.arenaSize) > remaining {
-		return nil, ErrExhausted
+		p.reclaimLocked(c, int64(c.arenaSize))
+		if remaining = p.opt.MaxBytes - p.arenaBytes; int64(c.arenaSize) > remaining {
+			return nil, ErrExhausted
+		}
 	}
 	a, err := newArena(c.arenaSize, int(min(remaining, math.MaxInt)))
 	if err != nil {
@@ -369,11 +377,59 @@ func (p *Pool) grow(c *class) (*slot, error) {
 		c.free.pushChain(&chunk[1], &chunk[per-1])
 	}
 
+	ar.c, ar.chunk = c, first/per
 	p.arenas = append(p.arenas, ar)
 	p.arenaBytes += int64(len(mem))
 	p.lastKind = a.Kind()
 	p.misses.Add(1)
 	return &chunk[0], nil
+}
+
+// reclaimLocked gives back arenas of classes other than except, none of
+// whose buffers is handed out, until need bytes fit under MaxBytes (or no
+// such arena is left), so that one size class cannot starve another. A
+// class's free list is drained to see which of its arenas are wholly free
+// (a buffer a concurrent Get pops first, or one released meanwhile, keeps
+// its arena); the rest is pushed back. A retired arena's slots stay in the
+// class's table, never to be handed out again. Called with p.mu held.
+func (p *Pool) reclaimLocked(except *class, need int64) {
+	for _, c := range p.classes {
+		if c == except || p.opt.MaxBytes-p.arenaBytes >= need {
+			continue
+		}
+		var free []*slot
+		for s := c.free.pop(); s != nil; s = c.free.pop() {
+			free = append(free, s)
+		}
+		count := make(map[int]int)
+		for _, s := range free {
+			count[int(s.idx)/c.free.per]++
+		}
+		retired := make(map[int]bool)
+		for i := 0; i < len(p.arenas) && p.opt.MaxBytes-p.arenaBytes < need; {
+			ar := p.arenas[i]
+			if ar.c != c || count[ar.chunk] != c.free.per {
+				i++
+				continue
+			}
+			if ar.reg != nil {
+				if err := ar.reg.Close(); err != nil {
+					i++ // still registered: keep it
+					continue
+				}
+			}
+			ar.a.Close()
+			retired[ar.chunk] = true
+			p.arenaBytes -= int64(c.arenaSize)
+			p.arenas = append(p.arenas[:i], p.arenas[i+1:]...)
+			p.reclaimed.Add(1)
+		}
+		for _, s := range free {
+			if !retired[int(s.idx)/c.free.per] {
+				c.free.push(s)
+			}
+		}
+	}
 }
 
 // Stats returns a snapshot of the counters.
@@ -388,6 +444,7 @@ func (p *Pool) Stats() Stats {
 	st.Gets = st.Hits + st.Misses + p.failed.Load()
 	st.Exhausted = p.exhausted.Load()
 	st.DoubleReleases = p.doubleReleases.Load()
+	st.Reclaimed = p.reclaimed.Load()
 	return st
 }
 

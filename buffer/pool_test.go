@@ -798,3 +798,116 @@ func BenchmarkGetReleaseParallel(b *testing.B) {
 		}
 	})
 }
+
+// A class that needs an arena when the pool is at MaxBytes takes back an
+// arena of another class none of whose buffers is handed out (deregistered
+// and unmapped), so a burst of one size cannot starve the others; an arena
+// with a buffer out is never taken, and its handles stay valid.
+func TestReclaimAcrossClasses(t *testing.T) {
+	reg := &fakeReg{}
+	p := newPool(t, reg, buffer.Options{Classes: []int{1024, 16384}, SlabSize: 16384, MaxBytes: 32768})
+	// Fill both arenas' worth with 1 KiB buffers: 2 arenas of 16.
+	var small []buffer.Buf
+	for range 32 {
+		b, err := p.Get(1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		small = append(small, b)
+	}
+	if _, err := p.Get(16000); !errors.Is(err, buffer.ErrExhausted) {
+		t.Fatalf("with every small buffer out: %v, want ErrExhausted", err)
+	}
+	// Release the first arena's buffers only, and one of the second's.
+	kept := small[16:]
+	for _, b := range small[:16] {
+		b.Release()
+	}
+	// The first arena's buffers went back, but which arena each belongs to
+	// is the pool's business: hold the rest and ask for a large one.
+	big, err := p.Get(16000)
+	if err != nil {
+		t.Fatalf("after freeing an arena's worth: %v, want a buffer from a reclaimed arena", err)
+	}
+	st := p.Stats()
+	if st.Reclaimed != 1 || st.ArenaBytes != 32768 || st.Arenas != 2 {
+		t.Errorf("stats %+v, want one arena reclaimed, two mapped", st)
+	}
+	closed := 0
+	for _, mr := range reg.regs {
+		closed += mr.closed
+	}
+	if closed != 1 {
+		t.Errorf("%d registrations closed, want the reclaimed arena's", closed)
+	}
+	// The buffers still out are intact and usable.
+	for i, b := range kept {
+		if b.Bytes() == nil {
+			t.Fatalf("kept buffer %d went stale", i)
+		}
+		b.Bytes()[0] = byte(i)
+	}
+	big.Bytes()[15999] = 1
+	// Nothing else can be taken while every remaining arena has a buffer out.
+	kept[0].Release()
+	if _, err := p.Get(16000); !errors.Is(err, buffer.ErrExhausted) {
+		t.Fatalf("with a buffer out in every arena: %v, want ErrExhausted", err)
+	}
+	// Small buffers still come from the arena they share.
+	b, err := p.Get(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	for _, b := range kept[1:] {
+		b.Release()
+	}
+	big.Release()
+}
+
+// Reclaiming races with Gets and Releases of the class it drains: nothing
+// is lost or handed out twice.
+func TestReclaimConcurrent(t *testing.T) {
+	p := newPool(t, nil, buffer.Options{Classes: []int{1024, 16384}, SlabSize: 16384, MaxBytes: 65536})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			size := 1000
+			if g%2 == 1 {
+				size = 16000
+			}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var held []buffer.Buf
+				for range 8 {
+					b, err := p.Get(size)
+					if err != nil {
+						break
+					}
+					b.Bytes()[0] = byte(g)
+					held = append(held, b)
+				}
+				for _, b := range held {
+					if b.Bytes()[0] != byte(g) {
+						t.Error("a buffer was handed out twice")
+					}
+					b.Release()
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if st := p.Stats(); st.InUseBytes != 0 || st.ArenaBytes > 65536 {
+		t.Errorf("stats after the race: %+v", st)
+	}
+	t.Logf("reclaimed %d arenas", p.Stats().Reclaimed)
+}

@@ -297,11 +297,15 @@ func TestDualPortNIC(t *testing.T) {
 }
 
 func TestMemlock(t *testing.T) {
-	if got, want := pinnedBytes(1), int64(12<<20); got != want {
-		t.Fatalf("one connection: %d bytes, want %d (2 arenas of 32 KiB buffers + 1 of descriptors)", got, want)
+	if got, want := pinnedBytes(1), int64(8<<20); got != want {
+		t.Fatalf("one connection: %d bytes, want %d (1 arena of 32 KiB buffers + 1 of descriptors)", got, want)
 	}
-	if got, want := pinnedBytes(2), int64(16<<20); got != want {
+	if got, want := pinnedBytes(2), int64(8<<20); got != want {
 		t.Fatalf("two connections: %d bytes, want %d", got, want)
+	}
+	// 128 buffers of 32 KiB per arena, 7 per idle connection: the 19th needs a second arena.
+	if got, want := pinnedBytes(19), int64(12<<20); got != want {
+		t.Fatalf("19 connections: %d bytes, want %d", got, want)
 	}
 	f := healthy(t)
 	for _, c := range []struct {
@@ -311,11 +315,11 @@ func TestMemlock(t *testing.T) {
 		detail  string
 		exit    int
 	}{
-		{8 << 20, false, Fail, "limit 8 MiB is below the 12 MiB the first connection registers: connections fail with ErrMemlock", 1},
+		{4 << 20, false, Fail, "limit 4 MiB is below the 8 MiB the first connection registers: connections fail with ErrMemlock", 1},
 		{64 << 10, false, Fail, "limit 64 KiB is below", 1},
-		{8 << 20, true, Warn, "not enforced for this process (it has CAP_IPC_LOCK)", 0},
-		{64 << 20, false, Warn, "limit 64 MiB holds 14 connections of the default Config", 0},
-		{12 << 20, false, Warn, "holds 1 connection of", 0},
+		{4 << 20, true, Warn, "not enforced for this process (it has CAP_IPC_LOCK)", 0},
+		{64 << 20, false, Warn, "limit 64 MiB holds 274 connections of the default Config", 0},
+		{8 << 20, false, Warn, "holds 18 connections of", 0},
 		{1 << 30, false, OK, "limit 1 GiB: enough for the pool's cap", 0},
 		{0, false, OK, "unlimited", 0},
 	} {
@@ -331,7 +335,7 @@ func TestMemlock(t *testing.T) {
 			fix = "ulimit -l unlimited"
 		}
 		r := expect(t, rs, "memlock", c.st, c.detail, fix)
-		if !strings.Contains(r.Note, "the first connection registers 12 MiB, 3 pool arenas of 4 MiB") {
+		if !strings.Contains(r.Note, "the first connection registers 8 MiB, 2 pool arenas of 4 MiB") {
 			t.Errorf("the estimate's basis is missing: %q", r.Note)
 		}
 		expectExit(t, rs, c.exit)
@@ -394,7 +398,7 @@ func TestHugePages(t *testing.T) {
 	f.write("sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages", "0")
 	f.write("sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages", "0")
 	rs := Run(f.env())
-	expect(t, rs, "hugepages", OK, "no 2 MiB pages reserved (vm.nr_hugepages 0), fewer than the 6 the first connection's arenas take: arenas use transparent huge pages (THP madvise)", "")
+	expect(t, rs, "hugepages", OK, "no 2 MiB pages reserved (vm.nr_hugepages 0), fewer than the 4 the first connection's arenas take: arenas use transparent huge pages (THP madvise)", "")
 	f.write("sys/kernel/mm/transparent_hugepage/enabled", "always madvise [never]")
 	rs = Run(f.env())
 	expectExit(t, rs, 0)

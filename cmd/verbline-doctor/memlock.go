@@ -16,16 +16,23 @@ import (
 // this file misses fails that test.
 const (
 	defaultBufferSize  = 32 << 10 // rdma.go, Config.BufferSize default
-	defaultRecvBuffers = 64       // Config.RecvBuffers default
-	defaultSendBuffers = 64       // Config.SendBuffers default
-	rendezvousRecvs    = 8        // endpoint.go, maxRendezvous: receives posted beyond the credits
+	defaultRecvBuffers = 64       // Config.RecvBuffers default: the most a receive window grows to
+	defaultSendBuffers = 64       // Config.SendBuffers default: the most a send ring grows to
+	initialCredits     = 4        // window.go: the receive window a connection starts with
+	controlRecvs       = 2        // keepalive.go, ctlRecvReserve: receives for the peer's control messages
+	initialSendBufs    = 1        // window.go: the send ring a connection starts with
+	rendezvousRecvs    = 8        // endpoint.go, maxRendezvous: at most this many more, as large messages need them
 	arenaBytes         = 4 << 20  // buffer/pool.go, the default SlabSize: each arena is registered whole
 	poolMaxBytes       = 1 << 30  // Config.PoolMaxBytes default: the most one device's pool registers
 )
 
-// ringBuffers is how many BufferSize buffers a connection takes from its
-// device's pool (endpoint.go newEndpoint).
-const ringBuffers = defaultRecvBuffers + rendezvousRecvs + defaultSendBuffers
+// ringBuffers is how many BufferSize buffers a new (or idle) connection
+// takes from its device's pool (endpoint.go newEndpoint); busyBuffers how
+// many it holds once its rings have grown all the way (window.go).
+const (
+	ringBuffers = initialCredits + controlRecvs + initialSendBufs
+	busyBuffers = defaultRecvBuffers + controlRecvs + rendezvousRecvs + defaultSendBuffers
+)
 
 // descClass is the pool class of a connection's rendezvous descriptor
 // buffer (SendBuffers x wire.RendezvousLen bytes): the smallest of the
@@ -39,10 +46,11 @@ func descClass() int {
 	return c
 }
 
-// pinnedBytes estimates what n connections of the default Config on one
-// device register: the pool maps and registers 4 MiB arenas per size class
-// on demand, so the ring buffers take ceil(n x 136 / 128) arenas of the
-// 32 KiB class and the descriptors ceil(n / 1024) arenas of theirs.
+// pinnedBytes estimates what n new or idle connections of the default
+// Config on one device register: the pool maps and registers 4 MiB arenas
+// per size class on demand, so the ring buffers take ceil(n x 7 / 128)
+// arenas of the 32 KiB class and the descriptors ceil(n / 1024) arenas of
+// theirs. Busy connections grow their rings (busyBuffers each).
 func pinnedBytes(n int) int64 {
 	perArena := arenaBytes / defaultBufferSize
 	descPerArena := arenaBytes / descClass()
@@ -65,10 +73,11 @@ func maxConns(limit uint64) int {
 // estimateBasis says where the estimate comes from, for the output.
 func estimateBasis() string {
 	return fmt.Sprintf("estimate for the default Config: the first connection registers %s, %d pool arenas of %s "+
-		"(%d for its %d buffers of %s: %d receive + %d rendezvous + %d send; 1 for its rendezvous descriptors); "+
-		"each further connection about %s; a device's pool at most %s (PoolMaxBytes)",
+		"(%d for its %d buffers of %s: %d receive + %d control + %d send; 1 for its rendezvous descriptors); "+
+		"each further idle connection about %s, a busy one up to %s as its rings grow; a device's pool at most %s (PoolMaxBytes)",
 		size(pinnedBytes(1)), firstConnArenas(), size(arenaBytes), firstConnArenas()-1, ringBuffers, size(defaultBufferSize),
-		defaultRecvBuffers, rendezvousRecvs, defaultSendBuffers, size(int64(ringBuffers*defaultBufferSize)), size(poolMaxBytes))
+		initialCredits, controlRecvs, initialSendBufs, size(int64(ringBuffers*defaultBufferSize)),
+		size(int64(busyBuffers*defaultBufferSize)), size(poolMaxBytes))
 }
 
 const memlockFix = "raise it: `ulimit -l unlimited` (as root) in the shell, LimitMEMLOCK=infinity for a systemd service, " +

@@ -495,6 +495,14 @@ func (p *Poller) run(started chan<- struct{}) {
 		}
 		events = 0
 		werr := rc.Read(takeEvent)
+		// Every event taken is counted for its acknowledgement first:
+		// destroying the CQ waits until all are acknowledged.
+		if events > 0 {
+			p.wakeups.Add(1)
+			for ; events > 0; events-- {
+				p.cq.GotEvent()
+			}
+		}
 		if p.stop.Load() {
 			return // Close closed the file
 		}
@@ -505,12 +513,6 @@ func (p *Poller) run(started chan<- struct{}) {
 		if werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded) {
 			p.Fail(werr)
 			return
-		}
-		if events > 0 {
-			p.wakeups.Add(1)
-			for ; events > 0; events-- {
-				p.cq.GotEvent()
-			}
 		}
 	}
 }

@@ -176,9 +176,9 @@ func TestNegotiate(t *testing.T) {
 func TestFeaturesString(t *testing.T) {
 	for f, want := range map[Features]string{
 		0:                "none",
-		1:                "keepalive",
+		1:                "control-reserve",
 		1 << 1:           "bit 1",
-		1<<31 | 1<<4 | 1: "keepalive|bit 4|bit 31",
+		1<<31 | 1<<4 | 1: "control-reserve|bit 4|bit 31",
 	} {
 		if got := f.String(); got != want {
 			t.Errorf("Features(%#x).String() = %q, want %q", uint32(f), got, want)

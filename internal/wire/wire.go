@@ -85,17 +85,18 @@ const Minor uint8 = 2
 // intersection drops them.
 type Features uint32
 
-// FeatureKeepalive (bit 0, protocol 1.2): the sender keeps one receive
-// posted beyond its credits for the peer's keepalive probes (KindKeepalive
-// messages sent without a credit, one at a time), so the peer may probe it.
-const FeatureKeepalive Features = 1 << 0
+// FeatureControlReserve (bit 0, protocol 1.2): the sender keeps two
+// receives posted beyond its credits for the peer's credit updates
+// (KindCredit) and keepalive probes (KindKeepalive), which then spend no
+// credit; the peer has at most one of them outstanding at a time.
+const FeatureControlReserve Features = 1 << 0
 
 // Supported is the set of features this implementation announces.
 // PROTOCOL.md keeps the registry of feature bits.
-const Supported Features = FeatureKeepalive
+const Supported Features = FeatureControlReserve
 
 // featureNames names the defined feature bits, for String.
-var featureNames = map[Features]string{FeatureKeepalive: "keepalive"}
+var featureNames = map[Features]string{FeatureControlReserve: "control-reserve"}
 
 // Negotiate returns the features a connection uses: those both sides
 // announced. Both sides compute it from the two Hellos, so they agree

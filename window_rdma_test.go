@@ -1,0 +1,196 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+)
+
+// idleBudget is the registered memory an idle connection may hold with the
+// default Config (issue #10's goal).
+const idleBudget = 256 << 10
+
+// An idle connection pins little; a stream whose reader keeps up grows
+// both rings to the Config's sizes; the bytes arrive intact.
+func TestWindowGrowsWithTraffic(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	defer server.Close()
+	defer client.Close()
+	for _, c := range []*Conn{client, server} {
+		if b := c.Stats().BufferBytes; b > idleBudget {
+			t.Errorf("idle connection holds %d bytes of buffers, more than %d", b, idleBudget)
+		} else {
+			t.Logf("idle connection: %d KiB of registered buffers", b>>10)
+		}
+	}
+	const total = 32 << 20
+	data := make([]byte, total)
+	for i := range data {
+		data[i] = byte(i*31 + i>>12)
+	}
+	go func() {
+		client.Write(data)
+	}()
+	got := make([]byte, total)
+	start := time.Now()
+	if _, err := io.ReadFull(server, got); err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	if !bytes.Equal(got, data) {
+		t.Fatal("bytes differ")
+	}
+	server.mu.Lock()
+	window := server.window
+	server.mu.Unlock()
+	client.mu.Lock()
+	ring := len(client.ep.send)
+	client.mu.Unlock()
+	t.Logf("after %d MiB in %v (%.1f MB/s): receive window %d, send ring %d, buffers %d KiB / %d KiB",
+		total>>20, el, float64(total)/el.Seconds()/1e6, window, ring, server.Stats().BufferBytes>>10, client.Stats().BufferBytes>>10)
+	if cfg := server.cfg; window != cfg.RecvBuffers || ring != cfg.SendBuffers {
+		t.Errorf("window %d, send ring %d: want them grown to %d and %d", window, ring, cfg.RecvBuffers, cfg.SendBuffers)
+	}
+}
+
+// A reader that does not read does not grow its window: the writer blocks
+// on the initial credits, and the receiver pins no more.
+func TestWindowSlowReaderDoesNotGrow(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	defer server.Close()
+	defer client.Close()
+	go client.Write(make([]byte, 4<<20))
+	time.Sleep(rdmatest.Scale(300 * time.Millisecond))
+	server.mu.Lock()
+	window := server.window
+	server.mu.Unlock()
+	if window != initialWindow(&server.cfg) {
+		t.Errorf("the receive window grew to %d while nobody read", window)
+	}
+	if b := server.Stats().BufferBytes; b > idleBudget {
+		t.Errorf("a receiver that does not read holds %d bytes", b)
+	}
+	// Once it reads, everything arrives.
+	if _, err := io.ReadFull(server, make([]byte, 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Messages released as they arrive grow the window too, and large
+// messages grow the rendezvous reserve up to maxRendezvous in flight.
+func TestWindowGrowsWithMessages(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	defer server.Close()
+	defer client.Close()
+	ctx := context.Background()
+	const n = 2000
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			size := 100
+			if i%50 == 0 {
+				size = 200 << 10 // by rendezvous
+			}
+			b, err := client.Alloc(size)
+			if err != nil {
+				done <- err
+				return
+			}
+			b.Bytes()[0] = byte(i)
+			if err := client.Send(ctx, b); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := range n {
+		m, err := server.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Bytes()[0] != byte(i) {
+			t.Fatalf("message %d out of order", i)
+		}
+		m.Release()
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	server.mu.Lock()
+	window := server.window
+	server.mu.Unlock()
+	client.mu.Lock()
+	reserve := client.rvReserve
+	client.mu.Unlock()
+	t.Logf("after %d messages: receive window %d, rendezvous reserve %d", n, window, reserve)
+	if window <= initialWindow(&server.cfg) || reserve < 1 {
+		t.Errorf("window %d, reserve %d: want both grown", window, reserve)
+	}
+}
+
+// A peer that sends beyond its credits is caught when the message lands in
+// a receive posted for something else (here one kept for control messages, so the
+// overshoot causes no RNR NAK): its connection ends with ErrProtocol, and
+// another connection on the device is unaffected.
+func TestCreditOvershoot(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	defer server.Close()
+	defer client.Close()
+	c2, s2, ln2 := connPair(t, nil)
+	defer ln2.Close()
+	defer s2.Close()
+	defer c2.Close()
+	// The forger: two credits it was never granted. With the last one kept
+	// for control, it sends initial+1 data messages into initial+1 receives
+	// (the credited ones and the keepalive's).
+	client.mu.Lock()
+	client.credits += 2
+	client.mu.Unlock()
+	if _, err := client.Write(make([]byte, (initialWindow(&server.cfg)+1)*client.peerBufSize)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := io.ReadAll(server)
+	if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("server read: %v, want ErrProtocol", err)
+	}
+	t.Logf("server: %v", err)
+	echoOnce(t, c2, s2)
+	echoOnce(t, s2, c2)
+}
+
+// Two idle connections whose readers are both blocked send nothing: a
+// credit update earns the peer no credit to return, so none bounces back.
+func TestIdleBlockedReadersQuiet(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	defer server.Close()
+	defer client.Close()
+	// Some traffic first, so both sides have credits to return.
+	go io.Copy(server, server)
+	for i := range 10 {
+		if err := echo(client, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go client.Read(make([]byte, 1)) // both readers now block
+	time.Sleep(rdmatest.Scale(100 * time.Millisecond))
+	c0, s0 := client.Stats(), server.Stats()
+	time.Sleep(rdmatest.Scale(300 * time.Millisecond))
+	c1, s1 := client.Stats(), server.Stats()
+	t.Logf("sends while idle: client %d, server %d", c1.SendWRs-c0.SendWRs, s1.SendWRs-s0.SendWRs)
+	if c1.SendWRs != c0.SendWRs || s1.SendWRs != s0.SendWRs {
+		t.Errorf("idle connection kept sending: client %d, server %d work requests", c1.SendWRs-c0.SendWRs, s1.SendWRs-s0.SendWRs)
+	}
+}
