@@ -98,16 +98,25 @@ type msgResult struct {
 	Secs             float64
 }
 
-// exchangeMessages sends cycles*len(msgSizes) messages and slots one-sided
-// writes with immediate (into the peer's export, whose descriptor is its
-// first message), then an end message and CloseWrite; meanwhile it checks
-// that the peer's messages and notifications arrive each once, in order and
-// intact, and that nothing follows the end. ctx bounds it.
-func exchangeMessages(ctx context.Context, c *rdma.Conn, mySeed, peerSeed uint64, cycles int) (msgResult, error) {
+// exchangeMessages sends sendCycles*len(msgSizes) messages and nWrites
+// one-sided writes with immediate (into the peer's export, whose
+// descriptor is its first message; none if sendCycles is 0), then an end
+// message and CloseWrite; meanwhile it checks that the peer's messages
+// (recvCycles*len(msgSizes)) and notifications (nWrites, if recvCycles is
+// not 0) arrive each once, in order and intact, and that nothing follows
+// the end. ctx bounds it.
+func exchangeMessages(ctx context.Context, c *rdma.Conn, mySeed, peerSeed uint64, sendCycles, recvCycles int) (msgResult, error) {
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 	start := time.Now()
-	count := cycles * len(msgSizes)
+	count, sendCount := recvCycles*len(msgSizes), sendCycles*len(msgSizes)
+	recvWrites, sendWrites := nWrites, nWrites
+	if recvCycles == 0 {
+		recvWrites = 0
+	}
+	if sendCycles == 0 {
+		sendWrites = 0
+	}
 	target, err := c.Alloc(slots * slotSize)
 	if err != nil {
 		return msgResult{}, err
@@ -174,10 +183,10 @@ func exchangeMessages(ctx context.Context, c *rdma.Conn, mySeed, peerSeed uint64
 	go func() { // the peer's writes into the export
 		errs <- func() error {
 			want := make([]byte, slotSize)
-			for i := 0; i < nWrites; i++ {
+			for i := 0; i < recvWrites; i++ {
 				n, err := c.RecvNotification(ctx)
 				if err != nil {
-					return fmt.Errorf("notification %d of %d: %w", i, nWrites, err)
+					return fmt.Errorf("notification %d of %d: %w", i, recvWrites, err)
 				}
 				n.Release()
 				if n.Imm != uint32(i) || n.Len != writeLen(i) {
@@ -192,17 +201,18 @@ func exchangeMessages(ctx context.Context, c *rdma.Conn, mySeed, peerSeed uint64
 			return nil
 		}()
 	}()
-	go func() { errs <- sendAll(ctx, c, exp, mySeed, count, remote) }()
+	go func() { errs <- sendAll(ctx, c, exp, mySeed, sendCount, sendWrites, remote) }()
 	for range 3 {
 		if err := <-errs; err != nil {
-			return msgResult{}, err
+			st := c.Stats()
+			return msgResult{}, fmt.Errorf("%w (connection stats: %+v)", err, st)
 		}
 	}
-	return msgResult{Messages: count, Writes: nWrites, Bytes: got, Secs: time.Since(start).Seconds()}, nil
+	return msgResult{Messages: count, Writes: recvWrites, Bytes: got, Secs: time.Since(start).Seconds()}, nil
 }
 
 // sendAll is exchangeMessages' sending side.
-func sendAll(ctx context.Context, c *rdma.Conn, exp *rdma.Export, seed uint64, count int, remote <-chan rdma.RemoteBuf) error {
+func sendAll(ctx context.Context, c *rdma.Conn, exp *rdma.Export, seed uint64, count, writes int, remote <-chan rdma.RemoteBuf) error {
 	desc := exp.Remote().AppendTo(nil)
 	if err := sendMsg(ctx, c, 'D', 0, hdrLen+len(desc), func(b []byte) { copy(b, desc) }); err != nil {
 		return fmt.Errorf("send the export: %w", err)
@@ -232,13 +242,13 @@ func sendAll(ctx context.Context, c *rdma.Conn, exp *rdma.Export, seed uint64, c
 		if err := sendMsg(ctx, c, 'M', i, size, func(b []byte) { fill(b, seed*1000+1, uint64(i)) }); err != nil {
 			return fmt.Errorf("message %d (%d bytes): %w", i, size, err)
 		}
-		if w < nWrites && i%2 == 1 {
+		if w < writes && i%2 == 1 {
 			if err := write(); err != nil {
 				return err
 			}
 		}
 	}
-	for w < nWrites {
+	for w < writes {
 		if err := write(); err != nil {
 			return err
 		}

@@ -51,6 +51,7 @@ var (
 	cleanMiB     = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
 	msgSizesFlag = flag.String("faults.msg-sizes", "", "message sizes of TestLossyMessages, comma-separated (default: msgSizes)")
 	writesFlag   = flag.Int("faults.writes", slots, "one-sided writes each way in TestLossyMessages (at most 32)")
+	concurrent   = flag.Bool("faults.concurrent", false, "TestLossyMessages: both ways at once (a rendezvous hangs: README)")
 	netemFlag    = flag.String("faults.netem", "", "netem arguments of the lossy tests instead of lossy's")
 	timeoutFlag  = flag.Duration("faults.timeout", 0, "bound on each lossy transfer (0: from its size)")
 	lossyBuffer  = flag.Int("faults.lossy-buffer", 4096, "Config.BufferSize of both ends over the lossy wire")
@@ -68,7 +69,7 @@ var peerRoles = map[string]func(ctx context.Context, addr string) (any, error){
 	},
 	"messages": func(ctx context.Context, addr string) (any, error) {
 		return withConn(ctx, addr, func(c *rdma.Conn) (any, error) {
-			return exchangeMessages(ctx, c, seedB, seedA, int(envInt64("FAULTS_MESSAGES")))
+			return exchangeMessages(ctx, c, seedB, seedA, int(envInt64("FAULTS_SEND")), int(envInt64("FAULTS_RECV")))
 		})
 	},
 	// flood writes until it dies and never reads: the peer that gets killed.
