@@ -86,8 +86,12 @@ func CheckNoLeaks(t testing.TB, baseRes map[string]int, baseGoroutines int) {
 	t.Helper()
 	deadline := time.Now().Add(Scale(2 * time.Second))
 	for {
-		res := Resources(t)
+		// Goroutines first: Resources runs `rdma` through os/exec, whose
+		// output-copying goroutine may not have exited yet when it returns
+		// (seen in the guest under load: one extra goroutine on every
+		// check for the whole grace period).
 		g := runtime.NumGoroutine()
+		res := Resources(t)
 		same := g <= baseGoroutines
 		for k, v := range res {
 			if v != baseRes[k] {

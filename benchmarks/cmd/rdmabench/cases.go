@@ -8,8 +8,11 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/verbline/rdma"
 )
 
 // The case registry. A case measures one way of using the library; it is one
@@ -33,6 +36,11 @@ type Case struct {
 	// TCP: Run uses only net.Conn, so it also runs over TCP on 127.0.0.1; the
 	// first such case of a metric is that metric's TCP baseline.
 	TCP bool
+	// Packet: the two processes hold a PacketConn each (Side.Packet), not
+	// the ends of a connection (cases_ud.go).
+	Packet bool
+	// MaxSize: the case runs only at sizes up to it (0: every size).
+	MaxSize int
 }
 
 func register(c Case) { registry = append(registry, c) }
@@ -55,9 +63,12 @@ func caseByName(name string) (Case, bool) {
 type Side struct {
 	Server bool
 	Conn   net.Conn // a *rdma.Conn, or a *net.TCPConn when the case runs as the TCP baseline
-	Size   int      // message size in bytes
-	Iters  int      // timed messages (round trips for latency), as perftest's -n
-	Warmup int      // untimed round trips before the timed ones (latency)
+	// Packet cases: each side's PacketConn, and on the client the server's address.
+	Packet *rdma.PacketConn
+	Peer   netip.AddrPort
+	Size   int // message size in bytes
+	Iters  int // timed messages (round trips for latency), as perftest's -n
+	Warmup int // untimed round trips before the timed ones (latency)
 }
 
 // Sample is one run's result, in the metric's unit.

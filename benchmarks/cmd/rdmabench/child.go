@@ -53,6 +53,9 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 	if a.network == "tcp" && !c.TCP {
 		return fmt.Errorf("case %s does not run over TCP", c.Name)
 	}
+	if c.Packet {
+		return runPacketChild(serve, connect, c, a, addr, depth, spin)
+	}
 	cfg := rdmaConfig(depth, spin)
 	ctx := context.Background()
 	var conn net.Conn
@@ -85,16 +88,11 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 			return fmt.Errorf("dial %s: %w", connect, err)
 		}
 	}
-	// RDMABENCH_CPUPROFILE=prefix writes each child's CPU profile to
-	// prefix.server / prefix.client (for go tool pprof).
-	if prefix := os.Getenv("RDMABENCH_CPUPROFILE"); prefix != "" {
-		f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
-		if err != nil {
-			return err
-		}
-		pprof.StartCPUProfile(f)
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	stop, err := startProfile(serve)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	rc, ours := conn.(*rdma.Conn)
 	var before rdma.ConnStats
 	var csw0 [2]float64
@@ -110,8 +108,7 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		m["ctx_switches_voluntary"] = (csw1[0] - csw0[0]) / n
 		m["ctx_switches_involuntary"] = (csw1[1] - csw0[1]) / n
 		m["threads"] = thr1
-		b, _ := json.Marshal(m)
-		fmt.Printf("counters %s\n", b)
+		printCounters(m)
 	}
 	if cerr := conn.Close(); err == nil && cerr != nil && !serve {
 		err = fmt.Errorf("close: %w", cerr)
@@ -120,13 +117,36 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		return err
 	}
 	if s != nil {
-		b, err := json.Marshal(s)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("result %s\n", b)
+		printResult(s)
 	}
 	return nil
+}
+
+// startProfile: RDMABENCH_CPUPROFILE=prefix writes each child's CPU
+// profile to prefix.server / prefix.client (for go tool pprof). The
+// returned func stops it.
+func startProfile(serve bool) (stop func(), err error) {
+	prefix := os.Getenv("RDMABENCH_CPUPROFILE")
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
+	if err != nil {
+		return nil, err
+	}
+	pprof.StartCPUProfile(f)
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// printCounters and printResult write the lines runOurs reads.
+func printCounters(m map[string]float64) {
+	b, _ := json.Marshal(m)
+	fmt.Printf("counters %s\n", b)
+}
+
+func printResult(s *Sample) {
+	b, _ := json.Marshal(s)
+	fmt.Printf("result %s\n", b)
 }
 
 // runOurs runs one case (over RDMA, or over TCP as the baseline) in two child

@@ -100,13 +100,21 @@ func TestStatistics(t *testing.T) {
 }
 
 func TestPerftestArgs(t *testing.T) {
-	got := strings.Join(perftestTool{"ib_send_bw", Bandwidth}.args(4096, 100, 128), " ")
+	got := strings.Join(perftestTool{Cmd: "ib_send_bw", Metric: Bandwidth}.args(4096, 100, 128, 0), " ")
 	if got != "ib_send_bw -R -s 4096 -n 100 -t 128 -r 128" {
 		t.Fatal(got)
 	}
-	got = strings.Join(perftestTool{"ib_write_lat", Latency}.args(8, 1000, 128), " ")
+	got = strings.Join(perftestTool{Cmd: "ib_write_lat", Metric: Latency}.args(8, 1000, 128, 0), " ")
 	if got != "ib_write_lat -R -s 8 -n 1000" {
 		t.Fatal(got)
+	}
+	// UD runs without -R, addressing the peer by GID index.
+	ud := perftestTool{Cmd: "ib_send_bw", Metric: Rate, Conn: "UD", MaxSize: udMaxSize}
+	if got = strings.Join(ud.args(64, 100, 128, 3), " "); got != "ib_send_bw -x 3 -s 64 -n 100 -c UD -t 128 -r 128" {
+		t.Fatal(got)
+	}
+	if ud.Label() != "ib_send_bw -c UD" || !(runner{Kind: "perftest", Tool: &ud}).runsAt(64) || (runner{Kind: "perftest", Tool: &ud}).runsAt(4096) {
+		t.Fatalf("label %q, or runsAt wrong", ud.Label())
 	}
 }
 
@@ -118,6 +126,9 @@ func fakeReport(t *testing.T) *report {
 	for _, mp := range plan {
 		for _, size := range mp.Sizes {
 			for i, r := range mp.runners() {
+				if !r.runsAt(size) {
+					continue
+				}
 				v := float64(size) * float64(i+1)
 				if mp.Metric == Rate {
 					v = 0.01 * float64(i+1)
@@ -149,7 +160,15 @@ func TestReportJSON(t *testing.T) {
 	// x 3 baselines, bandwidth 3 x 3, rate 1 x 2 = 20).
 	want, bwCases := 0, 0
 	for _, mp := range r.plan {
-		want += len(mp.Ours) * len(mp.Sizes) * len(mp.Baselns)
+		for _, o := range mp.Ours {
+			for _, size := range mp.Sizes {
+				for _, b := range mp.Baselns {
+					if o.runsAt(size) && b.runsAt(size) {
+						want++
+					}
+				}
+			}
+		}
 		if mp.Metric == Bandwidth {
 			bwCases = len(mp.Ours)
 		}

@@ -7,7 +7,9 @@
 //     ib_write_lat -R and TCP; one-way (half the round trip), median, p99, p99.9 µs;
 //   - bandwidth (4 KiB, 64 KiB, 1 MiB messages): our Conn.Write stream,
 //     ib_send_bw -R, ib_write_bw -R, ib_read_bw -R and TCP; MB/s with MB = 10^6 bytes;
-//   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP.
+//   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP;
+//   - datagrams (ud.go): our PacketConn's 8 B and 64 B ping-pong beside
+//     ib_send_lat -c UD, and its 64 B message rate beside ib_send_bw -c UD.
 //
 // Each case runs -reps times, interleaved with its baselines, and the median
 // of the repetitions is reported with the ratios ours/perftest and ours/TCP.
@@ -241,7 +243,8 @@ func usage() {
 	out := flag.CommandLine.Output()
 	fmt.Fprintf(out, "usage: rdmabench [flags]\n\n"+
 		"Measures this library's Conn against perftest (ib_send_lat/ib_write_lat/ib_send_bw/ib_write_bw/ib_read_bw -R)\n"+
-		"and TCP on 127.0.0.1: latency, bandwidth and message rate. Run it where an RDMA device exists,\n"+
+		"and TCP on 127.0.0.1: latency, bandwidth and message rate; its PacketConn against ib_send_lat/ib_send_bw -c UD.\n"+
+		"Run it where an RDMA device exists,\n"+
 		"e.g. scripts/softroce run -- .build/bin/rdmabench -quick. Flags:\n\n")
 	flag.VisitAll(func(f *flag.Flag) {
 		if hidden[f.Name] {
@@ -300,12 +303,29 @@ type runner struct {
 	Tool   *perftestTool // perftest
 }
 
+// runsAt reports whether the runner runs at size (UD ones only up to a
+// datagram's limit); where it does not, its cells read "-".
+func (r runner) runsAt(size int) bool {
+	max := 0
+	switch {
+	case r.Kind == "perftest":
+		max = r.Tool.MaxSize
+	case r.Case != nil:
+		max = r.Case.MaxSize
+	}
+	return max == 0 || size <= max
+}
+
 // Cmd describes what ran, for the JSON.
 func (r runner) Cmd(h *harness, size int) string {
 	iters := h.work.Iters(r.Metric, size)
 	switch r.Kind {
 	case "perftest":
-		return strings.Join(r.Tool.args(size, iters, h.depth), " ")
+		gid := -1 // the GID index is found at run time
+		if !r.Tool.rdmaCM() {
+			gid, _ = udGIDIndex(h.addr)
+		}
+		return strings.Join(r.Tool.args(size, iters, h.depth, gid), " ")
 	case "tcp":
 		return fmt.Sprintf("%s over TCP 127.0.0.1, size %d, iterations %d", r.Case.Name, size, iters)
 	}
@@ -371,7 +391,13 @@ type cell struct {
 func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell {
 	total := 0
 	for _, mp := range plan {
-		total += len(mp.Sizes) * h.reps * len(mp.runners())
+		for _, size := range mp.Sizes {
+			for _, r := range mp.runners() {
+				if r.runsAt(size) {
+					total += h.reps
+				}
+			}
+		}
 	}
 	pin := "not pinned"
 	if h.serverCPU >= 0 {
@@ -388,6 +414,9 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 				for _, r := range mp.runners() {
 					if ctx.Err() != nil {
 						return res
+					}
+					if !r.runsAt(size) {
+						continue
 					}
 					n++
 					k := cellKey{mp.Metric, size, r.Label}

@@ -4,11 +4,15 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -24,10 +28,29 @@ import (
 type perftestTool struct {
 	Cmd    string // ib_send_lat, ...
 	Metric Metric
+	// Conn is perftest's -c (connection type): "" for its default, RC;
+	// "UD" for unreliable datagrams.
+	Conn string
+	// MaxSize: the tool runs only at sizes up to it (0: every size). A UD
+	// datagram is one packet: at most the path MTU.
+	MaxSize int
 }
 
 // Label is the tool's column name in the table, the JSON and the chart.
-func (t perftestTool) Label() string { return t.Cmd + " -R" }
+func (t perftestTool) Label() string {
+	if t.Conn != "" {
+		return t.Cmd + " -c " + t.Conn
+	}
+	return t.Cmd + " -R"
+}
+
+// rdmaCM reports whether the tool runs with -R (rdma_cm). The UD runs do
+// not: with -R, perftest 4.5's client sends its address resolution (SIDR)
+// right after the parameter exchange, before the server listens in the UDP
+// port space, gets "RDMA_CM_EVENT_UNREACHABLE; error: 1" and crashes (every
+// time when pinned). Without -R, perftest exchanges its parameters over a
+// TCP socket and addresses the peer by GID (-x, found by udGIDIndex).
+func (t perftestTool) rdmaCM() bool { return t.Conn != "UD" }
 
 // perftestTools are the perftest baselines of each metric. Latency uses
 // t_typical (perftest's median) and the 99% / 99.9% percentile columns, all
@@ -36,18 +59,30 @@ func (t perftestTool) Label() string { return t.Cmd + " -R" }
 // unless --report_gbits): it is multiplied by 1.048576 to get MB = 10^6 bytes,
 // and checked against MsgRate[Mpps] x size. Message rate uses MsgRate[Mpps].
 var perftestTools = []perftestTool{
-	{"ib_send_lat", Latency},
-	{"ib_write_lat", Latency},
-	{"ib_send_bw", Bandwidth},
-	{"ib_write_bw", Bandwidth},
-	{"ib_read_bw", Bandwidth}, // the ceiling of messages above a receive buffer (one RDMA READ each)
-	{"ib_send_bw", Rate},
+	{Cmd: "ib_send_lat", Metric: Latency},
+	{Cmd: "ib_write_lat", Metric: Latency},
+	{Cmd: "ib_send_lat", Metric: Latency, Conn: "UD", MaxSize: udMaxSize}, // beside our PacketConn
+	{Cmd: "ib_send_bw", Metric: Bandwidth},
+	{Cmd: "ib_write_bw", Metric: Bandwidth},
+	{Cmd: "ib_read_bw", Metric: Bandwidth}, // the ceiling of messages above a receive buffer (one RDMA READ each)
+	{Cmd: "ib_send_bw", Metric: Rate},
+	{Cmd: "ib_send_bw", Metric: Rate, Conn: "UD", MaxSize: udMaxSize},
 }
 
 // args are the tool's arguments for one run, but for the port (both sides
-// use the same ones; the client adds the server's address).
-func (t perftestTool) args(size, iters, depth int) []string {
-	a := []string{t.Cmd, "-R", "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters)}
+// use the same ones; the client adds the server's address). gid is the GID
+// index of the address, for the tools without -R.
+func (t perftestTool) args(size, iters, depth, gid int) []string {
+	a := []string{t.Cmd}
+	if t.rdmaCM() {
+		a = append(a, "-R")
+	} else {
+		a = append(a, "-x", strconv.Itoa(gid))
+	}
+	a = append(a, "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
+	if t.Conn != "" {
+		a = append(a, "-c", t.Conn)
+	}
 	if t.Metric != Latency {
 		// The send queue depth (outstanding sends); for ib_send_bw also the
 		// receive queue depth (posted receives), as ours gets depth credits.
@@ -96,7 +131,13 @@ func (h *harness) perftestOnce(ctx context.Context, t perftestTool, size, iters 
 	if err != nil {
 		return nil, false, err
 	}
-	argv := append(t.args(size, iters, h.depth), "-p", strconv.Itoa(port))
+	gid := 0
+	if !t.rdmaCM() {
+		if gid, err = udGIDIndex(h.addr); err != nil {
+			return nil, false, err
+		}
+	}
+	argv := append(t.args(size, iters, h.depth, gid), "-p", strconv.Itoa(port))
 	lineBuffered := argv
 	if h.stdbuf != "" {
 		// perftest's stdout is a pipe here, so it is block-buffered: stdbuf
@@ -117,7 +158,11 @@ func (h *harness) perftestOnce(ctx context.Context, t perftestTool, size, iters 
 	}
 	// perftest prints that banner before it creates its listener: wait
 	// until the kernel lists the listener, or a client may be rejected.
-	if err := waitListening(ctx, srv, port, h.readyTimeout); err != nil {
+	wait := waitListening
+	if !t.rdmaCM() {
+		wait = waitTCPListening
+	}
+	if err := wait(ctx, srv, port, h.readyTimeout); err != nil {
 		return nil, !srv.exited(), childErr(fmt.Errorf("%s server: %v", t.Cmd, status(srv, err)), srv)
 	}
 	h.vlogf(t0, "%s server listens on port %d", t.Cmd, port)
@@ -143,8 +188,35 @@ func (h *harness) perftestOnce(ctx context.Context, t perftestTool, size, iters 
 	// at once and the other hangs in teardown: give the survivor a grace
 	// period, then kill it and use whatever complete table was printed.
 	const grace = 15 * time.Second
+	// A UD run can lose datagrams; perftest's server then waits forever
+	// for the rest and its client for the server, after the client printed
+	// its table: once that table is complete, give them a short grace.
+	tableDone := make(chan struct{})
+	go func() {
+		for {
+			ch := cli.stdout.changed()
+			if _, err := parsePerftest(cli.stdout.String(), t.Metric, size); err == nil {
+				close(tableDone)
+				return
+			}
+			select {
+			case <-ch:
+			case <-cli.done:
+				return
+			}
+		}
+	}()
 	select {
 	case <-cli.done:
+	case <-tableDone:
+		select {
+		case <-cli.done:
+		case <-time.After(5 * time.Second):
+			cli.kill()
+			<-cli.done
+			srv.kill()
+			h.logf("  note: %s client still running 5s after printing its table (a lost datagram?); killed, table used", t.Cmd)
+		}
 	case <-srv.done:
 		select {
 		case <-cli.done:
@@ -229,6 +301,61 @@ func waitListening(ctx context.Context, srv *proc, port int, d time.Duration) er
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// waitTCPListening waits until a TCP socket listens on port (where a
+// perftest server without -R exchanges its parameters): its client does
+// not retry a refused connection.
+func waitTCPListening(ctx context.Context, srv *proc, port int, d time.Duration) error {
+	want := fmt.Sprintf(":%04X ", port)
+	deadline := time.Now().Add(d)
+	for {
+		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			b, _ := os.ReadFile(f)
+			for _, l := range strings.Split(string(b), "\n") {
+				// "sl local_address rem_address st ...": LISTEN is st 0A.
+				if fs := strings.Fields(l); len(fs) > 3 && strings.Contains(fs[1]+" ", want) && fs[3] == "0A" {
+					return nil
+				}
+			}
+		}
+		if srv.exited() {
+			return fmt.Errorf("exited (%v) before listening", srv.err)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no TCP listener on port %d after %v", port, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// udGIDIndex is the GID index of addr on its RDMA device (a RoCE v2 GID,
+// IPv4-mapped for an IPv4 address), from sysfs: perftest without -R takes
+// it as -x.
+func udGIDIndex(addr string) (int, error) {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return 0, fmt.Errorf("RDMA address %q: %v", addr, err)
+	}
+	gid := ip.As16()
+	paths, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/gids/*")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		raw, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(b)), ":", ""))
+		if err != nil || len(raw) != 16 || [16]byte(raw) != gid {
+			continue
+		}
+		dir, idx := filepath.Split(p)
+		typ, _ := os.ReadFile(filepath.Join(dir, "..", "gid_attrs", "types", idx))
+		if strings.TrimSpace(string(typ)) != "RoCE v2" {
+			continue
+		}
+		return strconv.Atoi(idx)
+	}
+	return 0, fmt.Errorf("no RoCE v2 GID for %s in /sys/class/infiniband (is it an address of an RDMA netdev?)", addr)
 }
 
 // parsePerftest reads the result table perftest prints at the end:

@@ -162,9 +162,16 @@ func (r *report) printTable(w io.Writer) {
 		fmt.Fprintln(tw, strings.Join(hdr, "\t"))
 		for _, size := range mp.Sizes {
 			for _, o := range mp.Ours {
+				if !o.runsAt(size) {
+					continue
+				}
 				oa := r.get(m, size, o.Label)
 				row := []string{sizeString(size), o.Label, cellText(m, oa)}
 				for _, b := range mp.Baselns {
+					if !b.runsAt(size) {
+						row = append(row, "-")
+						continue
+					}
 					row = append(row, cellText(m, r.get(m, size, b.Label)))
 				}
 				for _, b := range mp.Baselns {
@@ -215,6 +222,17 @@ func (r *report) printCounters(w io.Writer, mp metricPlan) {
 		}
 	}
 	tw.Flush()
+	// UD cases: a sender's rate, and what arrived (ud.go).
+	for _, size := range mp.Sizes {
+		for _, o := range mp.Ours {
+			if a := r.get(mp.Metric, size, o.Label); a != nil && a.Counters != nil {
+				if d, ok := a.Counters["client.delivered_Mmps"]; ok {
+					fmt.Fprintf(w, "  %s %s: the sender's rate; %s Mmsg/s arrived (measured by the receiver), %.1f%% lost\n",
+						o.Label, sizeString(size), fmtVal(Rate, d), 100*a.Counters["client.lost"])
+				}
+			}
+		}
+	}
 }
 
 // unstableSpread is the ratio of the largest to the smallest repetition above
@@ -258,7 +276,8 @@ func (r *report) warnings() []string {
 const legend = `Legend: latency is one-way (round trip / 2) in µs, as perftest reports it; t_typical is perftest's median.
 Bandwidth is MB/s with MB = 10^6 bytes: perftest's "BW average[MB/sec]" counts 2^20 bytes per MB and is
 multiplied by 1.048576 (checked against MsgRate x size); ours and TCP are measured on the receiver.
-Message rate is 10^6 messages/s (perftest: MsgRate[Mpps]; ours and TCP: 64 B writes counted on the receiver).
+Message rate is 10^6 messages/s (perftest: MsgRate[Mpps]; ours and TCP: 64 B writes counted on the receiver;
+ud-msgrate: datagrams posted per second by the sender, as perftest -c UD counts, with what arrived below).
 ours/X > 1 means ours is slower for latency and faster for bandwidth and rate. ! = unstable repetitions.
 Soft-RoCE emulated in a TCG guest: only ratios within one run mean anything.`
 
@@ -302,6 +321,9 @@ func (r *report) results() []jsonResult {
 		for _, o := range mp.Ours {
 			for _, size := range mp.Sizes {
 				for _, b := range mp.Baselns {
+					if !o.runsAt(size) || !b.runsAt(size) {
+						continue
+					}
 					oa, ba := r.get(m, size, o.Label), r.get(m, size, b.Label)
 					j := jsonResult{Case: o.Label, Metric: m, Size: size, Baseline: b.Kind, BaselineCmd: b.Cmd(r.h, size),
 						Iterations: r.h.work.Iters(m, size), Pinned: r.h.serverCPU >= 0, OursReps: []float64{}, BaselineReps: []float64{}}

@@ -246,6 +246,9 @@ func (r *report) panel(b *svgBuf, mp metricPlan, top int) {
 		for i, rn := range runners {
 			x := gx + barW*float64(i)
 			a := r.get(m, size, rn.Label)
+			if a == nil && !rn.runsAt(size) {
+				continue // not run at this size
+			}
 			if a == nil {
 				b.f(`<text x="%.1f" y="%.1f" font-size="10" text-anchor="middle" fill="#c00" transform="rotate(-90 %.1f %.1f)">failed</text>`,
 					x+barW/2, plotB-8, x+barW/2, plotB-8)

@@ -1,0 +1,1314 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/poller"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
+)
+
+// PacketConn sends and receives unreliable datagrams over an RDMA UD queue
+// pair; it implements net.PacketConn. Like UDP: a datagram arrives whole or
+// not at all, in no guaranteed order, at most one packet long
+// (MaxDatagramSize: the port's active MTU minus a 24-byte header, 1000
+// bytes on Soft-RoCE's 1024-byte MTU), and nothing waits for a slow
+// receiver: a datagram that finds none of the receiver's buffers posted is
+// dropped. Many goroutines may call its methods at once.
+//
+// Addresses are "ip:port" as for connections, in rdma_cm's UDP port space
+// (a PacketConn and a Listener may use the same port number). The first
+// datagram to an address resolves it through rdma_cm (an SIDR exchange
+// with the PacketConn bound there, which answers with its QP number and
+// Q_Key); the result, an address handle, is cached (1024 destinations, the
+// least recently used evicted first) and resolved again after 30 s without
+// news of the peer, so a peer that restarted on the same port is found
+// again. A write to an address where nothing listens fails with
+// syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
+// sender's address (internal/wire/DATAGRAM.md), which ReadFrom returns:
+// WriteTo answers it without a resolution on RoCE, where the network
+// header of the received datagram gives the way back.
+//
+// ReadFrom and WriteTo copy; the zero-copy form is Alloc and SendTo, and
+// Messages or Recv, whose Datagram holds the receive buffer the NIC wrote.
+type PacketConn struct {
+	// Immutable after listenPacket.
+	cfg         Config
+	laddr       *Addr
+	ap          netip.AddrPort
+	ch          *rdmacm.UDChannel
+	id          *rdmacm.ID // bound in the UDP port space; answers address resolutions
+	dev         *device
+	poller      *poller.Poller
+	token       uint64
+	entries     int
+	qp          *verbs.QP
+	lim         verbs.PortLimits
+	portNum     uint8
+	ethernet    bool        // RoCE: a datagram's GRH gives the way back to its sender
+	gids        []verbs.GID // the port's GID table, to answer from the GID a datagram came to
+	qkey        uint32
+	maxPayload  int // largest payload sent and received
+	maxInline   int
+	nRecv       int
+	nSend       int
+	repostBatch int                 // receives posted together (maybeRepostLocked)
+	hdr         wire.DatagramHeader // put in front of every datagram
+	hdrBytes    []byte              // hdr encoded: the private data of our SIDR answers
+	replyBySIDR bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
+	maxPeers    int                 // udMaxPeers when made
+	ttlTicks    int64               // udPeerTTL when made, in coarseClock ticks
+	clock       bool                // holds a coarseClock reference
+	closing     chan struct{}       // closed by Close
+	eventsDone  chan struct{}       // closed when eventLoop exits
+
+	// Synchronized by themselves.
+	rdDeadline, wrDeadline deadline
+	rdSpin, wrSpin         poller.SpinBudget
+	chanUser               atomic.Bool
+	bg                     sync.WaitGroup // address resolutions in progress
+	closeOnce              sync.Once
+	closeErr               error // set inside closeOnce
+	nSent, nReceived       atomic.Uint64
+	dropped, resolutions   atomic.Uint64
+
+	mu         sync.Mutex // guards every field below
+	closed     bool       // Close was called
+	released   bool       // the QP is gone: completions are ignored
+	ringFreed  bool       // the receive ring went back to the pool
+	qpErr      error      // the QP failed: every later call returns it
+	recv       []buffer.Buf
+	recvHdr    buffer.Buf // nRecv slots of udHdrSlot bytes: each receive's GRH and header
+	slots      []udRecvSlot
+	lent       []bool // receive buffer i is with the user
+	recvPosted int
+	recvWRs    []verbs.UDRecvWR // scratch for posting receives
+	msgs       chan Datagram
+	msgsClosed bool
+	sendBufs   []buffer.Buf // the send slots' buffers: the header, then a copied payload
+	sq         []udSendEntry
+	sqHead     int
+	sqLen      int
+	sendSeq    uint64
+	sendWRs    []verbs.UDSendWR // scratch, one request
+	peers      *peerCache[*udPeer]
+	resolving  map[netip.AddrPort]*udResolution
+	resolvers  map[*rdmacm.ID]chan rdmacm.UDEvent
+	wake       chan struct{} // closed and replaced on a state change when wakers > 0
+	wakers     int
+	toRelease  []buffer.Buf // released after mu is dropped
+}
+
+var _ net.PacketConn = (*PacketConn)(nil)
+
+const (
+	// udHdrSlot is each receive's first scatter/gather entry: the GRH the
+	// device writes, then the datagram header. The payload goes to a
+	// buffer of its own, which a Datagram hands to the user as it is.
+	udHdrSlot = wire.GRHLen + wire.DatagramHeaderLen
+	// udSignalEvery: one send in this many asks for a completion (and
+	// every one while the send slots run low); a completion retires every
+	// send posted before it.
+	udSignalEvery = 16
+	wrUDRecv      = 1 << 32
+	wrUDSend      = 2 << 32
+)
+
+// Variables so that tests can shrink them.
+var (
+	// udMaxPeers bounds the address handles a PacketConn caches.
+	udMaxPeers = 1024
+	// udPeerTTL: a destination neither resolved nor heard from for this
+	// long is resolved again (in the background, while sends go on to the
+	// address known) at its next send.
+	udPeerTTL = 30 * time.Second
+)
+
+// udPeer is one destination: how to reach its QP.
+type udPeer struct {
+	addr       netip.AddrPort
+	ah         *verbs.AH    // nil until the first send for a peer learned from a datagram
+	attr       verbs.AHAttr // a learned peer's address vector (from its datagram's GRH)
+	qpn, qkey  uint32
+	maxPayload int   // the largest payload the peer accepts
+	inflight   int   // sends through ah posted and not retired, and sends about to post
+	evicted    bool  // out of the cache: ah is destroyed when inflight reaches 0
+	news       int64 // coarseNow() when it was last resolved or heard from
+	refreshing bool  // a resolution for it is running
+}
+
+// udSendEntry is a posted send, in posting order (the send queue completes
+// in order, so one completion retires every entry before it).
+type udSendEntry struct {
+	peer     *udPeer
+	buf      buffer.Buf // SendTo's buffer, released once the device has sent it
+	signaled bool
+}
+
+// udResolution is an address resolution other senders to the same address wait for.
+type udResolution struct {
+	done chan struct{}
+	err  error
+}
+
+// udRecvSlot takes back receive buffer idx when its user releases it.
+type udRecvSlot struct {
+	p   *PacketConn
+	idx int
+}
+
+func (r *udRecvSlot) Recycle(b buffer.Buf) { r.p.recycleRecv(r.idx, b) }
+
+// forceReplyBySIDR makes new PacketConns answer senders by resolving their
+// address, as on InfiniBand, instead of from their datagrams' GRH (tests).
+var forceReplyBySIDR bool
+
+func newUDChannel() (*rdmacm.UDChannel, error) {
+	ch, err := rdmacm.NewUDChannel()
+	if errors.Is(err, rdmacm.ErrNoCM) {
+		return nil, fmt.Errorf("%w (%v)", ErrNoDevice, err)
+	}
+	return ch, err
+}
+
+func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
+	if ap.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
+			"(its queue pair lives on one device port)", ErrNotRDMAAddress, ap.Addr())
+	}
+	ch, err := newUDChannel()
+	if err != nil {
+		return nil, err
+	}
+	p := &PacketConn{
+		cfg: *cfg, ch: ch,
+		closing:     make(chan struct{}),
+		eventsDone:  make(chan struct{}),
+		rdDeadline:  makeDeadline(),
+		wrDeadline:  makeDeadline(),
+		resolving:   make(map[netip.AddrPort]*udResolution),
+		resolvers:   make(map[*rdmacm.ID]chan rdmacm.UDEvent),
+		wake:        make(chan struct{}),
+		sendWRs:     make([]verbs.UDSendWR, 1),
+		replyBySIDR: forceReplyBySIDR,
+		maxPeers:    udMaxPeers,
+		ttlTicks:    max(1, int64((udPeerTTL+coarseTick-1)/coarseTick)),
+	}
+	go p.eventLoop()
+	defer func() {
+		if err != nil {
+			p.teardown()
+		}
+	}()
+	if err = acquireCoarseClock(); err != nil {
+		return nil, err
+	}
+	p.clock = true
+	if p.id, err = ch.CreateUDID(); err != nil {
+		return nil, err
+	}
+	if err = p.id.BindAddr(ap); err != nil {
+		return nil, classifyResolve(err)
+	}
+	p.ap = p.id.LocalAddr()
+	p.laddr = &Addr{p.ap}
+	if err = p.setupQP(cfg); err != nil {
+		return nil, err
+	}
+	if err = p.setupRings(); err != nil {
+		return nil, err
+	}
+	if err = p.id.Listen(cfg.Backlog); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// setupQP creates the UD QP on the device's shared CQ and moves it to RTS
+// with the Q_Key and port rdma_cm gives the bound id.
+func (p *PacketConn) setupQP(cfg *Config) error {
+	ctx, err := p.id.Context()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotRDMAAddress, err) // bound, but to no RDMA device
+	}
+	port, err := ctx.QueryPort(p.id.PortNum())
+	if err != nil {
+		return err
+	}
+	if port.State != verbs.PortActive {
+		return fmt.Errorf("port %d of %s is %s, not ACTIVE (is the netdev up?)", port.Num, ctx.Name(), port.State)
+	}
+	if err := ctx.QueryGIDs(port); err != nil {
+		return err
+	}
+	devAttr, err := ctx.QueryDevice()
+	if err != nil {
+		return err
+	}
+	p.lim = port.Limits(devAttr)
+	p.portNum, p.ethernet, p.gids = port.Num, port.Ethernet, port.GIDs
+	if !p.ethernet {
+		p.replyBySIDR = true // an IB GRH lacks the sender's LID: resolve its address to answer it
+	}
+	mtu := port.ActiveMTU.Bytes()
+	if mtu <= wire.DatagramHeaderLen {
+		return fmt.Errorf("port %d of %s has an active MTU of %d bytes: no room for a datagram", port.Num, ctx.Name(), mtu)
+	}
+	p.maxPayload = mtu - wire.DatagramHeaderLen
+	if p.dev, err = acquireDevice(ctx, cfg); err != nil {
+		return err
+	}
+	p.nRecv, p.nSend = cfg.RecvBuffers, cfg.SendBuffers
+	p.repostBatch = max(1, min(16, p.nRecv/8))
+	p.entries = p.nRecv + p.nSend
+	pl, tok, err := p.dev.pollers.Attach(p.handleCompletions, p.entries)
+	if err != nil {
+		return err
+	}
+	p.poller, p.token = pl, uint64(tok)<<poller.TokenShift
+	qpc := verbs.QPConfig{SendCQ: pl.CQ(), RecvCQ: pl.CQ(), SendWR: p.nSend, RecvWR: p.nRecv, InlineData: inlineRequest}
+	if p.qp, err = p.dev.pd.CreateUDQP(qpc); err != nil {
+		qpc.InlineData = 0
+		if p.qp, err = p.dev.pd.CreateUDQP(qpc); err != nil {
+			return err
+		}
+	}
+	p.maxInline = p.qp.MaxInline
+	attr, mask, err := p.id.InitQPAttr(verbs.StateInit) // pkey index, port, Q_Key
+	if err != nil {
+		return err
+	}
+	p.qkey = attr.QKey
+	if err := p.qp.Modify(&attr, mask, p.lim); err != nil {
+		return err
+	}
+	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.StateRTR}, verbs.AttrState, p.lim); err != nil {
+		return err
+	}
+	rts := verbs.QPAttr{State: verbs.StateRTS, SQPSN: rand.Uint32() & 0xffffff}
+	if err := p.qp.Modify(&rts, verbs.AttrState|verbs.AttrSQPSN, p.lim); err != nil {
+		return err
+	}
+	p.hdr = wire.DatagramHeader{Port: p.ap.Port(), MaxPayload: uint16(p.maxPayload), Addr: p.ap.Addr().Unmap()}
+	p.hdrBytes = p.hdr.AppendTo(nil)
+	return nil
+}
+
+// setupRings takes the send and receive buffers from the device's pool and
+// posts every receive.
+func (p *PacketConn) setupRings() error {
+	pool := p.dev.pool
+	var err error
+	if p.recvHdr, err = pool.Get(p.nRecv * udHdrSlot); err != nil {
+		return err
+	}
+	p.slots = make([]udRecvSlot, p.nRecv)
+	p.lent = make([]bool, p.nRecv)
+	for i := 0; i < p.nRecv; i++ {
+		b, err := pool.Get(p.maxPayload)
+		if err != nil {
+			return err
+		}
+		p.slots[i] = udRecvSlot{p, i}
+		b.SetRecycler(&p.slots[i])
+		p.recv = append(p.recv, b)
+	}
+	for i := 0; i < p.nSend; i++ {
+		b, err := pool.Get(p.maxPayload + wire.DatagramHeaderLen)
+		if err != nil {
+			return err
+		}
+		p.sendBufs = append(p.sendBufs, b)
+	}
+	p.sq = make([]udSendEntry, p.nSend)
+	p.msgs = make(chan Datagram, p.nRecv) // at most nRecv buffers can be lent at once
+	p.peers = newPeerCache(p.maxPeers, p.evictLocked)
+	p.recvWRs = make([]verbs.UDRecvWR, 0, p.nRecv)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range p.recv {
+		p.recvWRs = append(p.recvWRs, p.recvWR(i))
+	}
+	return p.repostLocked()
+}
+
+func (p *PacketConn) recvWR(i int) verbs.UDRecvWR {
+	b := p.recv[i]
+	return verbs.UDRecvWR{WRID: p.token | wrUDRecv | uint64(i),
+		HdrAddr: p.recvHdr.Addr() + uint64(i*udHdrSlot), HdrLen: udHdrSlot, HdrLKey: p.recvHdr.LKey(),
+		Addr: b.Addr(), Len: uint32(b.Cap()), LKey: b.LKey()}
+}
+
+// maybeRepostLocked posts the receives collected in recvWRs once there are
+// repostBatch of them: at most repostBatch-1 receive buffers ever wait,
+// neither posted nor with the user, and posting them costs a cgo call per
+// batch rather than per datagram.
+func (p *PacketConn) maybeRepostLocked() {
+	if len(p.recvWRs) >= p.repostBatch {
+		p.repostLocked()
+	}
+}
+
+// repostLocked posts the receives collected in recvWRs.
+func (p *PacketConn) repostLocked() error {
+	if len(p.recvWRs) == 0 {
+		return nil
+	}
+	n := len(p.recvWRs)
+	err := p.qp.PostRecvUDs(p.recvWRs)
+	p.recvWRs = p.recvWRs[:0]
+	if err != nil {
+		p.failLocked(err)
+		return err
+	}
+	p.recvPosted += n
+	return nil
+}
+
+// ReadFrom reads the next datagram into b and returns its length and
+// sender; a datagram longer than b is truncated (the rest is discarded, as
+// for UDP). It waits, bounded by the read deadline, while none has arrived.
+// The sender's address is an *Addr, which WriteTo answers.
+func (p *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, from, err := p.readFrom(b, "read")
+	if err != nil {
+		return n, nil, err
+	}
+	return n, &Addr{from}, nil
+}
+
+// ReadFromAddrPort is ReadFrom returning the sender as a netip.AddrPort,
+// which costs no allocation (as net.UDPConn's ReadFromUDPAddrPort).
+func (p *PacketConn) ReadFromAddrPort(b []byte) (int, netip.AddrPort, error) {
+	return p.readFrom(b, "read")
+}
+
+func (p *PacketConn) readFrom(b []byte, op string) (int, netip.AddrPort, error) {
+	d, err := p.recvDatagram(context.Background(), op)
+	if err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	n := copy(b, d.Buf.Bytes())
+	d.Buf.Release()
+	return n, d.From, nil
+}
+
+// Recv waits (bounded by ctx and the read deadline) for the next datagram
+// and returns it without a copy: its Buf is the receive buffer the NIC
+// wrote the payload into, the caller's until its Release.
+func (p *PacketConn) Recv(ctx context.Context) (Datagram, error) {
+	return p.recvDatagram(ctx, "recv")
+}
+
+// Messages delivers received datagrams as they arrive (the zero-copy form
+// of ReadFrom); each must be released. It is closed when the PacketConn is
+// (or fails: Recv then says why). While its receiver holds a datagram, one
+// fewer receive is posted for new ones.
+func (p *PacketConn) Messages() <-chan Datagram {
+	if !p.chanUser.Load() && p.chanUser.CompareAndSwap(false, true) {
+		p.poller.AddChannelUser()
+	}
+	return p.msgs
+}
+
+// recvDatagram takes the next datagram, driving the CQ while it waits (as
+// Conn's Recv does): a completion handled on the waiting goroutine needs
+// no wake-up of the poller's thread.
+func (p *PacketConn) recvDatagram(ctx context.Context, op string) (Datagram, error) {
+	var w poller.Waiter
+	defer w.End()
+	for {
+		if err := p.readable(ctx); err != nil {
+			return Datagram{}, p.opError(op, nil, err)
+		}
+		select {
+		case d, ok := <-p.msgs:
+			return p.received(op, d, ok)
+		default:
+		}
+		if !p.spinWait(&w, &p.rdSpin) {
+			break
+		}
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case d, ok := <-p.msgs:
+		return p.received(op, d, ok)
+	case <-p.rdDeadline.wait():
+		return Datagram{}, p.opError(op, nil, os.ErrDeadlineExceeded)
+	case <-p.closing:
+		return Datagram{}, p.opError(op, nil, net.ErrClosed)
+	case <-done:
+		return Datagram{}, p.opError(op, nil, ctx.Err())
+	}
+}
+
+// readable reports why a read must not go on: Close, ctx or the deadline
+// (checked before any datagram is taken, as net does: a read past its
+// deadline fails even when datagrams wait).
+func (p *PacketConn) readable(ctx context.Context) error {
+	if p.isClosed() {
+		return net.ErrClosed
+	}
+	if ctx != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if p.rdDeadline.expired() {
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+func (p *PacketConn) received(op string, d Datagram, ok bool) (Datagram, error) {
+	if ok {
+		return d, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.qpErr == nil {
+		return Datagram{}, p.opError(op, nil, net.ErrClosed)
+	}
+	return Datagram{}, p.opError(op, nil, p.qpErr)
+}
+
+// spinWait drives the CQ for a waiting caller (see Conn.spinWait).
+func (p *PacketConn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
+	if !w.Started() {
+		var budget time.Duration
+		if p.cfg.PollMode != PollEvent {
+			budget = est.Budget(p.cfg.PollSpin)
+		}
+		w.Start(p.poller, est, budget)
+	}
+	return w.Spin()
+}
+
+// WriteTo sends b as one datagram to addr (an *Addr, a *net.UDPAddr, or
+// any net.Addr whose String is "ip:port"). It returns once the datagram is
+// posted; it waits (bounded by the write deadline) only for a free send
+// slot and, for an address not yet known, for its resolution. A datagram
+// larger than MaxDatagramSize, or than the peer accepts, fails with an
+// error matching ErrDatagramTooLarge.
+func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	ap, err := addrPortOf(addr)
+	if err != nil {
+		return 0, p.opError("write", addr, err)
+	}
+	if err := p.send(context.Background(), b, buffer.Buf{}, ap); err != nil {
+		return 0, p.opError("write", addr, err)
+	}
+	return len(b), nil
+}
+
+// WriteToAddrPort is WriteTo with a netip.AddrPort (as net.UDPConn's).
+func (p *PacketConn) WriteToAddrPort(b []byte, addr netip.AddrPort) (int, error) {
+	if err := p.send(context.Background(), b, buffer.Buf{}, addr); err != nil {
+		return 0, p.opError("write", &Addr{addr}, err)
+	}
+	return len(b), nil
+}
+
+// Alloc returns a registered buffer of n bytes from the device's pool, for
+// SendTo (at most MaxDatagramSize of it is sent).
+func (p *PacketConn) Alloc(n int) (buffer.Buf, error) {
+	if p.isClosed() {
+		return buffer.Buf{}, p.opError("alloc", nil, net.ErrClosed)
+	}
+	b, err := p.dev.pool.Get(n)
+	if err != nil {
+		return buffer.Buf{}, p.opError("alloc", nil, err)
+	}
+	return b, nil
+}
+
+// SendTo sends b as one datagram to addr without copying it: the device
+// reads the payload from b. b is the PacketConn's from the call on, whatever
+// the outcome, and is released once the device has sent it. b may be a
+// Buf from Alloc, from a Conn's Alloc on the same device, or a received
+// Datagram's Buf (forwarded as it is). It waits as WriteTo does, bounded
+// also by ctx.
+func (p *PacketConn) SendTo(ctx context.Context, b buffer.Buf, addr netip.AddrPort) error {
+	if !b.Valid() {
+		return p.opError("send", &Addr{addr}, buffer.ErrReleased)
+	}
+	if err := p.send(ctx, nil, b, addr); err != nil {
+		b.Release()
+		return p.opError("send", &Addr{addr}, err)
+	}
+	return nil
+}
+
+// MaxDatagramSize is the largest payload WriteTo and SendTo send: the
+// port's active MTU minus the 24-byte datagram header (1000 bytes on a
+// 1024-byte MTU). A peer may accept less (it says so in its datagrams and
+// in its answer to an address resolution); sends above its limit fail too.
+func (p *PacketConn) MaxDatagramSize() int { return p.maxPayload }
+
+// send posts one datagram: payload copied into a send slot, or zb by
+// reference.
+func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to netip.AddrPort) error {
+	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
+	if !to.Addr().IsValid() || to.Addr().IsUnspecified() || to.Port() == 0 {
+		return fmt.Errorf("invalid destination %s (want the ip:port of a PacketConn)", to)
+	}
+	n := len(payload)
+	if zb.Valid() {
+		n = zb.Len()
+	}
+	if p.wrDeadline.expired() { // as net: a write past its deadline fails, even one that would not wait
+		return os.ErrDeadlineExceeded
+	}
+	if n > p.maxPayload {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrDatagramTooLarge, n, p.maxPayload)
+	}
+	peer, err := p.peerFor(ctx, to) // holds a reservation on peer (inflight)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	posted := false
+	defer func() {
+		if !posted {
+			p.putPeerLocked(peer)
+		}
+	}()
+	if n > peer.maxPayload {
+		return fmt.Errorf("%w: %d bytes, %s accepts at most %d", ErrDatagramTooLarge, n, to, peer.maxPayload)
+	}
+	var w poller.Waiter
+	defer w.End()
+	for {
+		if p.closed {
+			return net.ErrClosed
+		}
+		if p.qpErr != nil {
+			return p.qpErr
+		}
+		if p.sqLen < p.nSend {
+			break
+		}
+		if err := p.waitLocked(ctx, &p.wrDeadline, &w); err != nil {
+			return err
+		}
+	}
+	slot := (p.sqHead + p.sqLen) % p.nSend
+	sb := p.sendBufs[slot]
+	full := sb.Full()
+	copy(full, p.hdrBytes)
+	wr := &p.sendWRs[0]
+	*wr = verbs.UDSendWR{WRID: p.token | wrUDSend | uint64(slot),
+		HdrAddr: sb.Addr(), HdrLen: wire.DatagramHeaderLen, HdrLKey: sb.LKey(),
+		RemoteQPN: peer.qpn, QKey: peer.qkey}
+	wr.SetAH(peer.ah)
+	if zb.Valid() {
+		wr.Addr, wr.Len, wr.LKey = zb.Addr(), uint32(n), zb.LKey()
+	} else {
+		copy(full[wire.DatagramHeaderLen:], payload)
+		wr.HdrLen += uint32(n) // one entry: header and payload are contiguous
+	}
+	if wire.DatagramHeaderLen+n <= p.maxInline {
+		wr.Flags |= verbs.SendInline
+	}
+	// Signal one send in udSignalEvery, every one while the slots run low
+	// (so a full ring always has a completion coming), and every zero-copy
+	// send (its buffer goes back promptly: it may be a receive buffer).
+	signaled := zb.Valid() || p.sendSeq%udSignalEvery == 0 || p.nSend-p.sqLen <= udSignalEvery
+	if signaled {
+		wr.Flags |= verbs.SendSignaled
+	}
+	if err := p.qp.PostSendUDs(p.sendWRs); err != nil {
+		p.failLocked(err)
+		return err
+	}
+	posted = true
+	p.sq[slot] = udSendEntry{peer: peer, buf: zb, signaled: signaled}
+	p.sqLen++
+	p.sendSeq++
+	p.nSent.Add(1)
+	return nil
+}
+
+// waitLocked waits for a state change, ctx, the deadline or Close, driving
+// the CQ meanwhile (as Conn.waitLocked). Called with p.mu held; returns
+// with it held.
+func (p *PacketConn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
+	if d.expired() {
+		return os.ErrDeadlineExceeded
+	}
+	if ctx != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !w.Started() || w.Spinning() {
+		p.mu.Unlock()
+		p.spinWait(w, &p.wrSpin)
+		p.mu.Lock()
+		return nil
+	}
+	wake := p.wakeChan()
+	p.mu.Unlock()
+	defer p.mu.Lock()
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-wake:
+		return nil
+	case <-d.wait():
+		return os.ErrDeadlineExceeded
+	case <-p.closing:
+		return net.ErrClosed
+	case <-done:
+		return ctx.Err()
+	}
+}
+
+func (p *PacketConn) broadcast() {
+	if p.wakers > 0 {
+		close(p.wake)
+		p.wake = make(chan struct{})
+		p.wakers = 0
+	}
+}
+
+func (p *PacketConn) wakeChan() chan struct{} {
+	p.wakers++
+	return p.wake
+}
+
+// handleCompletions applies a batch of completions. The device's poller
+// (or a waiting caller driving the CQ) calls it; it never blocks: Messages
+// has room for every receive buffer.
+func (p *PacketConn) handleCompletions(wcs []verbs.WC) {
+	p.mu.Lock()
+	if p.released {
+		p.mu.Unlock()
+		return
+	}
+	for i := range wcs {
+		wc := &wcs[i]
+		idx := int(wc.WRID & wrIdxMask)
+		if wc.WRID&wrKindMask == wrUDRecv {
+			p.recvPosted--
+			p.recvLocked(wc, idx)
+			continue
+		}
+		p.sendDoneLocked(wc, idx)
+	}
+	p.maybeRepostLocked()
+	p.broadcast()
+	rel := p.toRelease
+	p.toRelease = p.toRelease[:0]
+	p.mu.Unlock()
+	// Outside mu: a forwarded receive buffer recycles into this PacketConn.
+	for i := range rel {
+		rel[i].Release()
+		rel[i] = buffer.Buf{}
+	}
+}
+
+// recvLocked handles the receive completion of buffer idx.
+func (p *PacketConn) recvLocked(wc *verbs.WC, idx int) {
+	if wc.Status != verbs.WCSuccess {
+		if wc.Status == verbs.WCWRFlushErr {
+			return // the QP is going down (Close, or a failure)
+		}
+		p.dropped.Add(1) // e.g. a datagram larger than the buffer: the QP goes on
+		p.recvWRs = append(p.recvWRs, p.recvWR(idx))
+		return
+	}
+	if p.msgsClosed {
+		return // the PacketConn failed: nothing more is delivered (teardown frees the buffer)
+	}
+	from, ok := p.parseLocked(wc, idx)
+	if !ok {
+		p.dropped.Add(1)
+		p.recvWRs = append(p.recvWRs, p.recvWR(idx))
+		return
+	}
+	b := p.recv[idx]
+	b.SetLen(int(wc.ByteLen) - udHdrSlot)
+	p.lent[idx] = true
+	p.nReceived.Add(1)
+	p.msgs <- Datagram{Buf: b, From: from}
+}
+
+// parseLocked reads who sent the datagram in receive idx, checks it
+// against the network's header, and learns the way back to the sender.
+func (p *PacketConn) parseLocked(wc *verbs.WC, idx int) (netip.AddrPort, bool) {
+	if wc.ByteLen < udHdrSlot {
+		return netip.AddrPort{}, false
+	}
+	slot := p.recvHdr.Full()[idx*udHdrSlot : (idx+1)*udHdrSlot]
+	h, err := wire.ParseDatagramHeader(slot[wire.GRHLen:])
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	from := h.AddrPort()
+	if !p.ethernet {
+		p.heardLocked(from, wc.SrcQP, int(h.MaxPayload), nil)
+		return from, true
+	}
+	// RoCE: the GRH is the IP header the network delivered. A sender
+	// claiming another address than the one it sent from is dropped.
+	if !wc.HasGRH() {
+		return netip.AddrPort{}, false
+	}
+	g, err := wire.ParseGRH(slot[:wire.GRHLen])
+	if err != nil || g.SrcAddr() != h.Addr {
+		return netip.AddrPort{}, false
+	}
+	p.heardLocked(from, wc.SrcQP, int(h.MaxPayload), &g)
+	return from, true
+}
+
+// heardLocked records a datagram from `from`: a cached peer is fresh again;
+// an unknown one, or one that changed its QP (restarted), is learned from
+// the GRH (RoCE), so the answer needs no address resolution.
+func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, maxPayload int, g *wire.GRH) {
+	e, ok := p.peers.get(from)
+	if ok && e.qpn == srcQP {
+		e.news = coarseNow()
+		e.maxPayload = maxPayload
+		return
+	}
+	if g == nil || p.replyBySIDR {
+		if ok {
+			// It changed its QP: resolve it again at the next send.
+			p.peers.remove(from)
+			p.evictLocked(from, e)
+		}
+		return
+	}
+	attr, ok := p.replyAttr(g)
+	if !ok {
+		return
+	}
+	if e != nil {
+		p.peers.remove(from)
+		p.evictLocked(from, e)
+	}
+	p.addPeerLocked(&udPeer{addr: from, attr: attr, qpn: srcQP, qkey: p.qkey, maxPayload: maxPayload})
+}
+
+// replyAttr is the address vector back to a datagram's sender: its source
+// GID, sent from the GID of ours it came to (of the RoCE version it came
+// with).
+func (p *PacketConn) replyAttr(g *wire.GRH) (verbs.AHAttr, bool) {
+	sgid := -1
+	for _, gid := range p.gids {
+		if gid.Raw != g.Dst {
+			continue
+		}
+		if g.IPv4 && gid.Type != verbs.GIDTypeRoCEv2 {
+			continue
+		}
+		if sgid < 0 || gid.Type == verbs.GIDTypeRoCEv2 {
+			sgid = gid.Index
+		}
+	}
+	if sgid < 0 || sgid > 255 {
+		return verbs.AHAttr{}, false
+	}
+	hop := g.HopLimit
+	if hop <= 1 {
+		hop = 64
+	}
+	return verbs.AHAttr{IsGlobal: true, DGID: g.Src, SGIDIndex: uint8(sgid), HopLimit: hop,
+		TrafficClass: g.TrafficClass, PortNum: p.portNum}, true
+}
+
+// sendDoneLocked retires every send up to and including slot idx.
+func (p *PacketConn) sendDoneLocked(wc *verbs.WC, idx int) {
+	if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
+		// A UD send fails only on a local error (a bad key, a destroyed
+		// address handle): the library's fault, and the QP is down.
+		p.failLocked(fmt.Errorf("datagram send failed: %w", wc.Err()))
+	}
+	for p.sqLen > 0 {
+		k := p.sqHead
+		e := &p.sq[k]
+		p.putPeerLocked(e.peer)
+		if e.buf.Valid() {
+			p.toRelease = append(p.toRelease, e.buf)
+		}
+		*e = udSendEntry{}
+		p.sqHead = (k + 1) % p.nSend
+		p.sqLen--
+		if k == idx {
+			break
+		}
+	}
+}
+
+// failLocked records a fatal error: every later call returns it.
+func (p *PacketConn) failLocked(err error) {
+	if p.qpErr != nil {
+		return
+	}
+	p.qpErr = err
+	if s := p.qp.State(); s != verbs.StateErr && s != verbs.StateReset {
+		p.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}, verbs.AttrState, p.lim)
+	}
+	p.closeMessagesLocked()
+	p.broadcast()
+}
+
+func (p *PacketConn) closeMessagesLocked() {
+	if !p.msgsClosed {
+		p.msgsClosed = true
+		close(p.msgs)
+	}
+}
+
+// recycleRecv takes back a receive buffer its user released and posts it again.
+func (p *PacketConn) recycleRecv(idx int, b buffer.Buf) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lent[idx] = false
+	p.recv[idx] = b
+	if p.released {
+		if p.ringFreed { // else teardown frees it with the ring
+			b.Free()
+			p.dev.bufReturned()
+		}
+		return
+	}
+	if p.qpErr != nil {
+		return
+	}
+	p.recvWRs = append(p.recvWRs, p.recvWR(idx))
+	p.maybeRepostLocked()
+}
+
+// peerFor returns the cached peer for `to`, resolving its address first if
+// needed, with a reservation (inflight) the caller gives back with
+// putPeerLocked or by posting a send through it.
+func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort) (*udPeer, error) {
+	p.mu.Lock()
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, net.ErrClosed
+		}
+		if e, ok := p.peers.get(to); ok {
+			if e.ah == nil {
+				ah, err := p.dev.pd.CreateAH(&e.attr)
+				if err != nil {
+					// The learned way back did not work: resolve instead.
+					p.peers.remove(to)
+					p.evictLocked(to, e)
+					continue
+				}
+				e.ah = ah
+			}
+			if !e.refreshing && coarseNow()-e.news > p.ttlTicks {
+				e.refreshing = true
+				p.bg.Add(1)
+				go p.refresh(e)
+			}
+			e.inflight++
+			p.mu.Unlock()
+			return e, nil
+		}
+		r := p.resolving[to]
+		if r == nil {
+			r = &udResolution{done: make(chan struct{})}
+			p.resolving[to] = r
+			p.bg.Add(1)
+			go p.resolveInto(to, r)
+		}
+		p.mu.Unlock()
+		if err := p.waitResolution(ctx, r); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+	}
+}
+
+// waitResolution waits for r, bounded by ctx, the write deadline and Close.
+func (p *PacketConn) waitResolution(ctx context.Context, r *udResolution) error {
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-r.done:
+		return r.err
+	case <-p.wrDeadline.wait():
+		return os.ErrDeadlineExceeded
+	case <-p.closing:
+		return net.ErrClosed
+	case <-done:
+		return ctx.Err()
+	}
+}
+
+// resolveInto resolves `to` and caches the result; waiters learn the
+// outcome from r.
+func (p *PacketConn) resolveInto(to netip.AddrPort, r *udResolution) {
+	defer p.bg.Done()
+	e, err := p.resolveSIDR(to)
+	p.mu.Lock()
+	delete(p.resolving, to)
+	r.err = err
+	if err == nil {
+		if p.released {
+			e.ah.Close()
+		} else {
+			if old, ok := p.peers.get(to); ok { // learned from a datagram meanwhile
+				p.peers.remove(to)
+				p.evictLocked(to, old)
+			}
+			p.addPeerLocked(e)
+		}
+	}
+	p.mu.Unlock()
+	close(r.done)
+}
+
+// refresh resolves a stale peer again while sends go on to the address
+// known, and replaces it with what the resolution found.
+func (p *PacketConn) refresh(old *udPeer) {
+	defer p.bg.Done()
+	e, err := p.resolveSIDR(old.addr)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old.refreshing = false
+	if err != nil {
+		// Keep sending to the address known; a send after another TTL
+		// without news tries again.
+		old.news = coarseNow()
+		return
+	}
+	if p.released || old.evicted {
+		e.ah.Close()
+		return
+	}
+	p.peers.remove(old.addr)
+	p.evictLocked(old.addr, old)
+	p.addPeerLocked(e)
+}
+
+// addPeerLocked caches e (evicting the least recently used beyond
+// udMaxPeers).
+func (p *PacketConn) addPeerLocked(e *udPeer) {
+	e.news = coarseNow()
+	p.peers.put(e.addr, e)
+}
+
+// evictLocked takes e out of use (it is no longer in the cache): its
+// address handle goes once no send through it is outstanding.
+func (p *PacketConn) evictLocked(_ netip.AddrPort, e *udPeer) {
+	e.evicted = true
+	if e.inflight == 0 && e.ah != nil {
+		e.ah.Close()
+		e.ah = nil
+	}
+}
+
+// putPeerLocked ends a send's use of e.
+func (p *PacketConn) putPeerLocked(e *udPeer) {
+	if e == nil {
+		return
+	}
+	e.inflight--
+	if e.evicted && e.inflight == 0 && e.ah != nil {
+		e.ah.Close()
+		e.ah = nil
+	}
+}
+
+// resolveSIDR asks rdma_cm for the way to the PacketConn bound at `to`
+// (an SIDR exchange in the UDP port space): an address vector, its QP
+// number and Q_Key; the answer's private data is that PacketConn's
+// datagram header, which says how large a datagram it accepts.
+func (p *PacketConn) resolveSIDR(to netip.AddrPort) (_ *udPeer, err error) {
+	id, err := p.ch.CreateUDID()
+	if err != nil {
+		return nil, err
+	}
+	evs := make(chan rdmacm.UDEvent, 4)
+	p.mu.Lock()
+	p.resolvers[id] = evs
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.resolvers, id)
+		p.mu.Unlock()
+		id.Destroy()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ConnectTimeout)
+	defer cancel()
+	next := func(want rdmacm.EventType) (rdmacm.UDEvent, error) {
+		select {
+		case ev := <-evs:
+			if ev.Type != want {
+				return ev, udEventError(ev, to)
+			}
+			return ev, nil
+		case <-ctx.Done():
+			return rdmacm.UDEvent{}, fmt.Errorf("resolving %s: no answer within %v: %w", to, p.cfg.ConnectTimeout, os.ErrDeadlineExceeded)
+		case <-p.closing:
+			return rdmacm.UDEvent{}, net.ErrClosed
+		}
+	}
+	if err := id.ResolveAddr(netip.AddrPortFrom(p.ap.Addr(), 0), to, msUntil(ctx)); err != nil {
+		return nil, classifyResolve(err)
+	}
+	if _, err := next(rdmacm.EventAddrResolved); err != nil {
+		return nil, err
+	}
+	if err := id.ResolveRoute(msUntil(ctx)); err != nil {
+		return nil, err
+	}
+	if _, err := next(rdmacm.EventRouteResolved); err != nil {
+		return nil, err
+	}
+	if err := id.Connect(rdmacm.ConnParam{QPNum: p.qp.Num}); err != nil {
+		return nil, err
+	}
+	ev, err := next(rdmacm.EventEstablished)
+	if err != nil {
+		return nil, err
+	}
+	e := &udPeer{addr: to, qpn: ev.QPNum, qkey: ev.QKey, maxPayload: p.maxPayload}
+	if h, err := wire.ParseDatagramHeader(ev.PrivateData); err == nil {
+		e.maxPayload = min(e.maxPayload, int(h.MaxPayload))
+	}
+	if e.ah, err = p.dev.pd.CreateAH(&ev.AH); err != nil {
+		return nil, fmt.Errorf("address handle for %s: %w", to, err)
+	}
+	p.resolutions.Add(1)
+	return e, nil
+}
+
+// SIDR answer statuses (enum ib_cm_sidr_status) rdma_cm reports in an
+// EventUnreachable.
+const (
+	sidrUnsupported = 1 // nobody listens on the port (service id)
+	sidrReject      = 2
+	sidrNoQP        = 3
+)
+
+func udEventError(ev rdmacm.UDEvent, to netip.AddrPort) error {
+	switch ev.Type {
+	case rdmacm.EventAddrError:
+		if ev.Status == -int(syscall.ENODEV) || ev.Status == -int(syscall.EADDRNOTAVAIL) {
+			return fmt.Errorf("%w: %v", ErrNotRDMAAddress, syscall.Errno(-ev.Status))
+		}
+		return fmt.Errorf("resolving address %s: %w", to.Addr(), syscall.Errno(-ev.Status))
+	case rdmacm.EventRouteError:
+		return fmt.Errorf("resolving route to %s: %w", to.Addr(), syscall.Errno(-ev.Status))
+	case rdmacm.EventUnreachable:
+		switch {
+		case ev.Status == sidrUnsupported || ev.Status == sidrNoQP:
+			return fmt.Errorf("no PacketConn listens on %s: %w", to, syscall.ECONNREFUSED)
+		case ev.Status == sidrReject:
+			return fmt.Errorf("the PacketConn on %s refused the address resolution (closing?): %w", to, syscall.ECONNREFUSED)
+		case ev.Status < 0:
+			return fmt.Errorf("resolving %s: %w", to, syscall.Errno(-ev.Status))
+		}
+		return fmt.Errorf("resolving %s: SIDR status %d: %w", to, ev.Status, syscall.EHOSTUNREACH)
+	}
+	return fmt.Errorf("unexpected rdma_cm event %s (status %d) while resolving %s", ev.Type, ev.Status, to)
+}
+
+// eventLoop answers other PacketConns' address resolutions (with our QP
+// number, and our datagram header as private data) and hands the events of
+// our own resolutions to resolveSIDR. It reads UDEvents until the channel
+// is stopped, so every connect request's id gets destroyed.
+func (p *PacketConn) eventLoop() {
+	defer close(p.eventsDone)
+	for ev := range p.ch.UDEvents() {
+		if ev.Type == rdmacm.EventConnectRequest {
+			if p.isClosed() {
+				ev.ID.Reject(nil)
+			} else {
+				ev.ID.Accept(rdmacm.ConnParam{QPNum: p.qp.Num, PrivateData: p.hdrBytes})
+			}
+			ev.ID.Destroy()
+			continue
+		}
+		p.mu.Lock()
+		c := p.resolvers[ev.ID]
+		p.mu.Unlock()
+		if c != nil {
+			select {
+			case c <- ev:
+			default: // a resolution takes three events at most
+			}
+		}
+	}
+}
+
+// Close closes the PacketConn: blocked reads and writes return
+// net.ErrClosed, sends already posted may or may not leave, datagrams
+// received and not read are dropped, and every RDMA resource is released
+// (datagrams the user holds stay valid until their Release).
+func (p *PacketConn) Close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		close(p.closing)
+		p.broadcast()
+		p.mu.Unlock()
+		p.closeErr = p.teardown()
+	})
+	if p.closeErr != nil {
+		return p.opError("close", nil, p.closeErr)
+	}
+	return nil
+}
+
+// teardown releases everything listenPacket set up, in reverse order; it
+// also undoes a listenPacket that failed halfway.
+func (p *PacketConn) teardown() error {
+	var errs []error
+	p.mu.Lock()
+	p.closed = true
+	p.released = true // from here on completions are ignored
+	p.mu.Unlock()
+	if p.id != nil {
+		errs = append(errs, p.id.Destroy()) // no more resolutions answered
+	}
+	p.bg.Wait() // resolutions in progress see p.closing (or fail) and destroy their ids
+	if p.chanUser.Load() {
+		p.poller.RemoveChannelUser()
+	}
+	if p.qp != nil {
+		errs = append(errs, p.qp.Close()) // nothing touches our memory after this
+	}
+	if p.poller != nil {
+		p.poller.Detach(uint32(p.token>>poller.TokenShift), p.entries)
+	}
+	p.mu.Lock()
+	if p.msgs != nil {
+		p.closeMessagesLocked()
+	}
+	var rel []buffer.Buf
+	for i := range p.sq {
+		if p.sq[i].buf.Valid() {
+			rel = append(rel, p.sq[i].buf)
+		}
+		p.sq[i] = udSendEntry{}
+	}
+	if p.peers != nil {
+		p.peers.each(func(_ netip.AddrPort, e *udPeer) {
+			e.inflight = 0
+			p.evictLocked(e.addr, e)
+		})
+		p.peers = newPeerCache(p.maxPeers, p.evictLocked)
+	}
+	p.mu.Unlock()
+	// Datagrams delivered and never read go back now (Messages is closed,
+	// so this ends).
+	if p.msgs != nil {
+		for d := range p.msgs {
+			d.Release()
+		}
+	}
+	for _, b := range rel {
+		b.Release()
+	}
+	p.mu.Lock()
+	p.ringFreed = true
+	for i, b := range p.recv {
+		if !p.lent[i] {
+			b.Free()
+		}
+	}
+	if p.recvHdr.Valid() {
+		p.recvHdr.Release()
+	}
+	for _, b := range p.sendBufs {
+		b.Release()
+	}
+	p.sendBufs = nil
+	p.mu.Unlock()
+	p.ch.Stop() // eventLoop reads the last events (destroying their ids) and exits
+	<-p.eventsDone
+	errs = append(errs, p.ch.Close())
+	if p.dev != nil {
+		p.dev.release()
+		p.dev.bufReturned()
+	}
+	if p.clock {
+		releaseCoarseClock()
+	}
+	return errors.Join(errs...)
+}
+
+func (p *PacketConn) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// LocalAddr is the address the PacketConn is bound to (an *Addr).
+func (p *PacketConn) LocalAddr() net.Addr { return p.laddr }
+
+// SetDeadline sets the read and write deadlines.
+func (p *PacketConn) SetDeadline(t time.Time) error {
+	if p.isClosed() {
+		return p.opError("set deadline", nil, net.ErrClosed)
+	}
+	p.rdDeadline.set(t)
+	p.wrDeadline.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline of ReadFrom and Recv calls, pending and future.
+func (p *PacketConn) SetReadDeadline(t time.Time) error {
+	if p.isClosed() {
+		return p.opError("set read deadline", nil, net.ErrClosed)
+	}
+	p.rdDeadline.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline of WriteTo and SendTo calls, pending and future.
+func (p *PacketConn) SetWriteDeadline(t time.Time) error {
+	if p.isClosed() {
+		return p.opError("set write deadline", nil, net.ErrClosed)
+	}
+	p.wrDeadline.set(t)
+	return nil
+}
+
+// Stats returns the PacketConn's counters.
+func (p *PacketConn) Stats() PacketStats {
+	pc := p.qp.PostCounts()
+	ps := p.poller.Stats()
+	p.mu.Lock()
+	peers := p.peers.len()
+	p.mu.Unlock()
+	return PacketStats{Sent: p.nSent.Load(), Received: p.nReceived.Load(), Dropped: p.dropped.Load(),
+		Resolutions: p.resolutions.Load(), Peers: peers,
+		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
+		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
+		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
+		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
+}
+
+func (p *PacketConn) opError(op string, addr net.Addr, err error) error {
+	return &net.OpError{Op: op, Net: "rdma", Source: p.laddr, Addr: addr, Err: err}
+}
