@@ -154,6 +154,7 @@ func exchangeMessages(ctx context.Context, c *rdma.Conn, mySeed, peerSeed uint64
 				if err != nil {
 					return fmt.Errorf("message %d of %d: %w", i, count, err)
 				}
+				progress.Add(1)
 				err = checkMessage(m.Bytes(), peerSeed, i, want)
 				got += int64(m.Len())
 				m.Release()
@@ -188,6 +189,7 @@ func exchangeMessages(ctx context.Context, c *rdma.Conn, mySeed, peerSeed uint64
 				if err != nil {
 					return fmt.Errorf("notification %d of %d: %w", i, recvWrites, err)
 				}
+				progress.Add(1)
 				n.Release()
 				if n.Imm != uint32(i) || n.Len != writeLen(i) {
 					return fmt.Errorf("notification %d: imm %d, %d bytes; want imm %d, %d bytes", i, n.Imm, n.Len, i, writeLen(i))
@@ -234,6 +236,7 @@ func sendAll(ctx context.Context, c *rdma.Conn, exp *rdma.Export, seed uint64, c
 		if err := c.WriteRemoteImm(ctx, b, r, uint64(w*slotSize), uint32(w)); err != nil {
 			return fmt.Errorf("one-sided write %d: %w", w, err)
 		}
+		progress.Add(1)
 		w++
 		return nil
 	}
@@ -270,7 +273,11 @@ func sendMsg(ctx context.Context, c *rdma.Conn, kind byte, seq, size int, payloa
 	binary.LittleEndian.PutUint32(p[1:], uint32(seq))
 	binary.LittleEndian.PutUint32(p[5:], uint32(size))
 	payload(p[hdrLen:])
-	return c.Send(ctx, b) // takes b over
+	if err := c.Send(ctx, b); err != nil { // takes b over
+		return err
+	}
+	progress.Add(1)
+	return nil
 }
 
 // checkMessage checks that b is data message i of the peer's (seed).

@@ -5,7 +5,6 @@ package faults
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -125,22 +124,31 @@ func messagesOneWay(t *testing.T, env *twoguest.Env, ln *rdma.Listener, name str
 		perCycle += int64(s)
 	}
 	timeout := transferTimeout(int64(send+recv)*perCycle + 2*slots*slotSize)
+	phase0 := bothCounters(t, env)
 	p := startPeer(t, env, "messages", "lossy", ln, fmt.Sprintf("FAULTS_SEND=%d", recv),
 		fmt.Sprintf("FAULTS_RECV=%d", send), "FAULTS_TIMEOUT="+timeout.String())
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
-	mine, err := exchangeMessages(ctx, c, seedA, seedB, send, recv)
-	if err != nil {
-		diagnose(t, env)
-	}
-	c.Close()
+	mine, err := watchStall(t, env, c, p, ctx, name, func(ctx context.Context) (msgResult, error) {
+		return exchangeMessages(ctx, c, seedA, seedB, send, recv)
+	})
+	phase1 := bothCounters(t, env)
+	exchanged := time.Now()
+	cerr := c.Close()
+	t.Logf("%s: exchange %v, Close %v: %v", name, exchanged.Sub(start).Round(time.Millisecond),
+		time.Since(exchanged).Round(time.Millisecond), cerr)
 	if err != nil {
 		t.Fatalf("%s, after %v: %v", name, time.Since(start), err)
 	}
 	var theirs msgResult
 	peerResult(t, ctx, p, &theirs)
+	// Which phase the transport's events belong to: the exchange, or the
+	// teardown (both Closes, the peer process's exit).
+	phase2 := bothCounters(t, env)
+	logCounters(t, name+", exchange", counterPair{phase1.here.Sub(phase0.here), phase1.peer.Sub(phase0.peer)})
+	logCounters(t, name+", teardown", counterPair{phase2.here.Sub(phase1.here), phase2.peer.Sub(phase1.peer)})
 	writes := func(cycles int) int {
 		if cycles == 0 {
 			return 0
@@ -189,10 +197,7 @@ func checkCounters(t *testing.T, env *twoguest.Env, before counterPair, lossy bo
 	t.Helper()
 	after := bothCounters(t, env)
 	here, peer := after.here.Sub(before.here), after.peer.Sub(before.peer)
-	t.Logf("counters here: retransmissions %d, sequence-error NAKs %d, duplicates %d, out of sequence %d, RNR %d; "+
-		"on the peer: %d, %d, %d, %d, %d",
-		here.Retransmissions(), here["rcvd_seq_err"], here["duplicate_request"], here["out_of_seq_request"], here.RNR(),
-		peer.Retransmissions(), peer["rcvd_seq_err"], peer["duplicate_request"], peer["out_of_seq_request"], peer.RNR())
+	logCounters(t, "whole test", counterPair{here, peer})
 	if here.RNR() != 0 || peer.RNR() != 0 {
 		t.Errorf("receiver-not-ready retries happened (here %v, peer %v): flow control let a send reach an unposted receive", here, peer)
 	}
@@ -200,6 +205,18 @@ func checkCounters(t *testing.T, env *twoguest.Env, before counterPair, lossy bo
 		t.Errorf("no retransmission on one host (here %d, peer %d): the loss did not happen; is netem on %s and %s?",
 			here.Retransmissions(), peer.Retransmissions(), env.Netdev, env.PeerNetdev)
 	}
+}
+
+// logCounters logs d, counter differences on both hosts.
+func logCounters(t *testing.T, what string, d counterPair) {
+	t.Helper()
+	f := func(c twoguest.Counters) string {
+		return fmt.Sprintf("retransmissions %d, sequence-error NAKs %d, duplicates %d, out of sequence %d, "+
+			"RNR NAKs sent %d, received %d, retries exceeded %d, packets sent %d",
+			c.Retransmissions(), c["rcvd_seq_err"], c["duplicate_request"], c["out_of_seq_request"],
+			c["send_rnr_err"], c["rcvd_rnr_err"], c["retry_exceeded_err"], c["sent_pkts"])
+	}
+	t.Logf("counters (%s): here %s; on the peer %s", what, f(d.here), f(d.peer))
 }
 
 // peerResources counts the objects on the peer's device now.
@@ -212,21 +229,4 @@ func peerResources(t *testing.T, env *twoguest.Env) map[string]int {
 		t.Fatal(err)
 	}
 	return res
-}
-
-// diagnose logs both hosts' queue pairs (PSNs, state) and port counters,
-// twice 5 s apart: whether a stuck transfer's QPs still move.
-func diagnose(t *testing.T, env *twoguest.Env) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for i := range 2 {
-		if i > 0 {
-			time.Sleep(5 * time.Second)
-		}
-		here, _ := exec.CommandContext(ctx, "rdma", "-d", "resource", "show", "qp").CombinedOutput()
-		peer, err := env.Peer.Run(ctx, "rdma", "-d", "resource", "show", "qp")
-		c := bothCounters(t, env)
-		t.Logf("diagnosis %d: QPs here:\n%s\nQPs on the peer (%v):\n%s\ncounters here %v\npeer %v", i, here, err, peer, c.here, c.peer)
-	}
 }

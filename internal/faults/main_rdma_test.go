@@ -113,7 +113,9 @@ func withConn(ctx context.Context, addr string, play func(*rdma.Conn) (any, erro
 		return nil, fmt.Errorf("dial: %w", err)
 	}
 	c := nc.(*rdma.Conn)
+	peerConn.Store(c)
 	res, err := play(c)
+	fmt.Printf("STATS before Close: %+v\n", c.Stats())
 	start := time.Now()
 	cerr := c.Close()
 	fmt.Printf("CLOSED after %v: %v\n", time.Since(start).Round(time.Millisecond), cerr)
@@ -199,7 +201,7 @@ func startPeer(t *testing.T, env *twoguest.Env, role, cfg string, ln *rdma.Liste
 			args = append(args, "-"+f.Name+"="+f.Value.String())
 		}
 	})
-	return env.StartSelf(t, append([]string{"FAULTS_PEER=" + role, "FAULTS_CONFIG=" + cfg, "FAULTS_ADDR=" + ln.Addr().String()}, extra...), args...)
+	return env.StartSelf(t, append([]string{"GOTRACEBACK=all", "FAULTS_PEER=" + role, "FAULTS_CONFIG=" + cfg, "FAULTS_ADDR=" + ln.Addr().String()}, extra...), args...)
 }
 
 // peerResult waits for p to end and decodes its RESULT line into v.
@@ -213,7 +215,7 @@ func peerResult(t *testing.T, ctx context.Context, p *twoguest.Proc, v any) {
 		t.Fatalf("%v: %v; output:\n%s", p, st, st.Output)
 	}
 	for _, line := range strings.Split(st.Output, "\n") {
-		if strings.HasPrefix(line, "CLOSED ") {
+		if strings.HasPrefix(line, "CLOSED ") || strings.HasPrefix(line, "STATS ") {
 			t.Logf("peer's Close: %s", line)
 		}
 		if s, ok := strings.CutPrefix(line, "RESULT "); ok {
