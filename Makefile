@@ -108,7 +108,8 @@ test: setup vet unit fuzz rdma-tests
 # B through the agent and disturbs the wire with tc netem. Fails if a test
 # failed, skipped or did not run. FAULTS_ARGS go to the test binary (e.g.
 # -test.run TestPartition, -faults.stream-mib 64); with them, only skips are
-# checked.
+# checked, and that some test ran. The output ends with what failed (each
+# failing test's last lines: scripts/guest-tests) or with the tests that ran.
 TWO_HOST_PKG := github.com/verbline/rdma/internal/faults
 FAULTS := $(BUILD)/faults
 FAULTS_ARGS ?=
@@ -130,6 +131,7 @@ faults: setup
 	  done; \
 	  if [ -n "$$missing" ]; then echo "FAIL: two-host tests that did not run:$$missing"; exit 1; fi; \
 	fi
+	@grep -q -- '^--- PASS' $(FAULTS)/faults.out || { echo "FAIL: no two-host test ran (FAULTS_ARGS: $(FAULTS_ARGS))"; exit 1; }
 	@echo "two-host tests that ran:"; grep -h -- '^--- PASS' $(FAULTS)/faults.out | sed 's/^--- PASS: /  /'
 
 # The examples and a short benchmark against perftest, built on the host and
