@@ -222,6 +222,7 @@ func sendAll(ctx context.Context, c *rdma.Conn, exp *rdma.Export, seed uint64, c
 	var r rdma.RemoteBuf
 	select {
 	case r = <-remote:
+		setKick(c, r)
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the peer's export: %w", ctx.Err())
 	}

@@ -49,14 +49,58 @@ func init() {
 		return
 	}
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGUSR1)
+	signal.Notify(ch, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
-		for range ch {
+		for sig := range ch {
+			if sig == syscall.SIGUSR2 {
+				fmt.Printf("KICK at SIGUSR2: %v\n", doKick())
+				continue
+			}
 			if c := peerConn.Load(); c != nil {
 				fmt.Printf("STATS at SIGUSR1: %+v\n", c.Stats())
 			}
 		}
 	}()
+}
+
+// kick posts one more work request on a stalled connection: a 1-byte
+// one-sided write into the last byte of the peer's export (no write of
+// the exchange reaches it, none checks it). Posting runs rxe's requester
+// in the caller's context: if a stalled send queue moves again after it,
+// the requester had work but was never rescheduled (a lost wakeup).
+var kick atomic.Pointer[func() error]
+
+func setKick(c *rdma.Conn, r rdma.RemoteBuf) {
+	f := func() error {
+		b, err := c.Alloc(1)
+		if err != nil {
+			return err
+		}
+		defer b.Release()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		start := time.Now()
+		err = c.WriteRemote(ctx, b, r, slots*slotSize-1)
+		return fmt.Errorf("posted, completed after %v: %w", time.Since(start).Round(time.Millisecond), err)
+	}
+	kick.Store(&f)
+}
+
+// doKick runs kick and returns its result, or says that the write did
+// not complete within 10 s.
+func doKick() string {
+	f := kick.Load()
+	if f == nil {
+		return "no peer export known yet"
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- (*f)() }()
+	select {
+	case err := <-ch:
+		return err.Error()
+	case <-time.After(10 * time.Second):
+		return "the 1-byte write did not complete in 10 s"
+	}
 }
 
 // watchStall runs exchange, which must return once ctx ends, and fails t
@@ -144,6 +188,18 @@ func dumpStall(t *testing.T, env *twoguest.Env, c *rdma.Conn, p *twoguest.Proc) 
 		t.Logf("stall dump %d: connection stats here %+v\nQPs here:\n%s\nQPs on the peer (%v):\n%s\ncounters here %v\npeer %v",
 			i, c.Stats(), here, err, peer, cs.here, cs.peer)
 	}
+	// The experiment: post one more request on each side, then look again.
+	before := progress.Load()
+	if err := p.Signal(ctx, syscall.SIGUSR2); err != nil {
+		t.Logf("SIGUSR2 to %v: %v", p, err)
+	}
+	t.Logf("stall dump: kick here (a 1-byte write posted): %s", doKick())
+	time.Sleep(5 * time.Second)
+	here, _ := exec.CommandContext(ctx, "rdma", "-d", "resource", "show", "qp").CombinedOutput()
+	peer, err := env.Peer.Run(ctx, "rdma", "-d", "resource", "show", "qp")
+	cs := bothCounters(t, env)
+	t.Logf("stall dump after the kick: steps %d -> %d; connection stats here %+v\nQPs here:\n%s\nQPs on the peer (%v):\n%s\ncounters here %v\npeer %v",
+		before, progress.Load(), c.Stats(), here, err, peer, cs.here, cs.peer)
 	var buf bytes.Buffer
 	pprof.Lookup("goroutine").WriteTo(&buf, 2)
 	t.Logf("stall dump: goroutines here:\n%s", relevantGoroutines(buf.String()))
