@@ -90,10 +90,10 @@ func streamTest(t *testing.T, netem []string, n int64) {
 // writes with immediate, each way in turn: every message and notification
 // arrives once, in order, intact, and nothing after the end.
 //
-// In turn, not at once: with large messages going both ways at once, a
-// disturbed wire (loss, or reordering alone) leaves a rendezvous waiting
-// forever, without an error (see README, "Two hosts and faults");
-// -faults.concurrent runs that case.
+// A disturbed wire can leave a rendezvous waiting forever, without an
+// error, with both queue pairs idle (FIGURES.md; seen each way in turn
+// and, more often, both ways at once: -faults.concurrent). The test fails
+// then after -faults.stall without progress, with a dump of both sides.
 func TestLossyMessages(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)
