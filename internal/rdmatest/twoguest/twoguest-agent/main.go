@@ -81,7 +81,8 @@ func serve(addr string) {
 	}
 	log.Printf("listening on %s", ln.Addr())
 	a := &twoguest.Agent{Log: log.Default()}
-	if err := a.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+	// Serve returns only when ln fails.
+	if err := a.Serve(ln); !errors.Is(err, net.ErrClosed) {
 		log.Fatal(err)
 	}
 }
