@@ -25,7 +25,7 @@ FUZZTIME ?= 500000x
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
-.PHONY: setup build-deps test demo bench vet unit fuzz rdma-tests soak clean
+.PHONY: setup build-deps test demo bench vet unit fuzz rdma-tests faults soak clean
 
 # Everything: packages (qemu, rdma-core, perftest, ...), Debian's kernel, the initramfs.
 setup:
@@ -79,6 +79,7 @@ rdma-tests: setup
 	@rm -rf $(TESTS) && mkdir -p $(TESTS)
 	@set -e; race=; [ "$(GUEST_RACE)" = 1 ] && race=-race; \
 	$(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}} {{.Dir}}{{end}}' ./... | \
+	grep -v '^$(TWO_HOST_PKG) ' | \
 	while read -r pkg dir; do \
 	  name=$$(echo "$${pkg#github.com/verbline/}" | tr / _); \
 	  $(GO) test -c $$race -o $(TESTS)/$$name.test $$pkg; \
@@ -100,6 +101,38 @@ rdma-tests: setup
 
 test: setup vet unit fuzz rdma-tests
 	@echo "make test: PASS"
+
+# The two-host tests (internal/faults; README "Two hosts and faults"):
+# scripts/softroce pair boots two guests joined by a wire, runs twoguest-agent
+# in guest B and the faults test binary in guest A, which starts its peers in
+# B through the agent and disturbs the wire with tc netem. Fails if a test
+# failed, skipped or did not run. FAULTS_ARGS go to the test binary (e.g.
+# -test.run TestPartition, -faults.stream-mib 64); with them, only skips are
+# checked, and that some test ran. The output ends with what failed (each
+# failing test's last lines: scripts/guest-tests) or with the tests that ran.
+TWO_HOST_PKG := github.com/verbline/rdma/internal/faults
+FAULTS := $(BUILD)/faults
+FAULTS_ARGS ?=
+faults: setup
+	@rm -rf $(FAULTS) && mkdir -p $(FAULTS)
+	@race=; [ "$(GUEST_RACE)" = 1 ] && race=-race; \
+	echo "$(GO) test -c $$race -o $(FAULTS)/faults.test ./internal/faults"; \
+	$(GO) test -c $$race -o $(FAULTS)/faults.test ./internal/faults
+	$(GO) build -o $(FAULTS)/twoguest-agent ./internal/rdmatest/twoguest/twoguest-agent
+	@echo "$(CURDIR)/$(FAULTS)/faults.test $(CURDIR)/internal/faults" >$(FAULTS)/manifest
+	@echo "running the two-host tests in two Soft-RoCE guests (scripts/softroce pair)"
+	@GUEST_TEST_ARGS='$(FAULTS_ARGS)' RDMA_TEST_LOG=$(CURDIR)/$(FAULTS)/ran.log scripts/softroce pair \
+	  --peer '$(FAULTS)/twoguest-agent' -- scripts/guest-tests $(CURDIR)/$(FAULTS)/manifest $(CURDIR)/$(FAULTS)
+	@skipped=$$(grep -h -- '--- SKIP' $(FAULTS)/faults.out || true); \
+	if [ -n "$$skipped" ]; then echo "FAIL: two-host tests skipped:"; echo "$$skipped"; exit 1; fi
+	@if [ -z '$(FAULTS_ARGS)' ]; then \
+	  missing=; for t in $$(cd internal/faults && $(CURDIR)/$(FAULTS)/faults.test -test.list '.*' | grep '^Test'); do \
+	    grep -q -- "^--- PASS: $$t " $(FAULTS)/faults.out || missing="$$missing $$t"; \
+	  done; \
+	  if [ -n "$$missing" ]; then echo "FAIL: two-host tests that did not run:$$missing"; exit 1; fi; \
+	fi
+	@grep -q -- '^--- PASS' $(FAULTS)/faults.out || { echo "FAIL: no two-host test ran (FAULTS_ARGS: $(FAULTS_ARGS))"; exit 1; }
+	@echo "two-host tests that ran:"; grep -h -- '^--- PASS' $(FAULTS)/faults.out | sed 's/^--- PASS: /  /'
 
 # The examples and a short benchmark against perftest, built on the host and
 # run in one boot of the Soft-RoCE guest (or on the host's device).
