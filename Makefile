@@ -1,6 +1,7 @@
 # The README's two commands:
 #   make demo   set up Soft-RoCE (if no RDMA device) and run the examples and a short benchmark
-#   make test   vet, host unit tests with -race, fuzzing, then every test binary inside Soft-RoCE
+#   make test   vet, host unit tests with -race, fuzzing, then every test binary inside Soft-RoCE,
+#               then the two-host tests in two Soft-RoCE guests joined by a disturbable wire (make faults)
 # Both do all set-up themselves (Debian packages, kernel, initramfs) via scripts/softroce.
 #
 # Steps of make test that need no RDMA device and no Soft-RoCE set-up (only a C
@@ -99,10 +100,10 @@ rdma-tests: setup
 	  cat $(TESTS)/counters.txt; exit 1; fi
 	@echo "RNR counters of the device stayed at zero through the suite"
 
-test: setup vet unit fuzz rdma-tests
+test: setup vet unit fuzz rdma-tests faults
 	@echo "make test: PASS"
 
-# The two-host tests (internal/faults; README "Two hosts and faults"):
+# The two-host tests (internal/faults; README "Two hosts and a disturbed wire"), the last step of make test:
 # scripts/softroce pair boots two guests joined by a wire, runs twoguest-agent
 # in guest B and the faults test binary in guest A, which starts its peers in
 # B through the agent and disturbs the wire with tc netem. Fails if a test
