@@ -38,11 +38,12 @@ type endpoint struct {
 	ackTimeout       uint8 // the QP's local ACK timeout exponent (0: rdma_cm's)
 	retryCnt         uint8
 	rnrRetry         uint8
-	minRNRTimer      uint8     // the RNR NAK timer code (with minRNRSet; else rdma_cm's)
-	minRNRSet        bool      // Config.MinRNRTimer was given
-	mtuCap           verbs.MTU // the largest path MTU (0: the path's)
-	sl, tc           uint8     // service level and traffic class (0: rdma_cm's)
-	ackTimeoutSet    uint8     // what the QP got at RTS (for the detection bound)
+	minRNRTimer      uint8        // the RNR NAK timer code (with minRNRSet; else rdma_cm's)
+	minRNRSet        bool         // Config.MinRNRTimer was given
+	mtuCap           verbs.MTU    // the largest path MTU (0: the path's)
+	sl, tc           uint8        // service level and traffic class (0: rdma_cm's)
+	ackTimeoutSet    uint8        // what the QP got at RTS (for the detection bound)
+	avSet            verbs.AHAttr // the address vector the QP got at RTR (its SL, which a device may not keep)
 	closed           bool
 }
 
@@ -201,6 +202,7 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 				if e.tc != 0 && attr.AH.IsGlobal {
 					attr.AH.TrafficClass = e.tc
 				}
+				e.avSet = attr.AH
 			}
 		}
 		if s == verbs.StateRTS {
