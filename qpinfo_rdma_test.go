@@ -190,3 +190,37 @@ func TestCompletionErrorNamesOperation(t *testing.T) {
 		return err == nil && info.State == "ERR"
 	})
 }
+
+// The asynchronous form names its operation too: a PostReadRemote with a
+// bad key ends with an OpCompletion whose error names the RDMA read.
+func TestCompletionErrorNamesAsyncRead(t *testing.T) {
+	c, s, ln := connPair(t, nil)
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	target, _ := s.Alloc(4096)
+	defer target.Release()
+	exp, err := s.Export(target, RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	bad := exp.Remote()
+	bad.RKey ^= 0x5a5a00
+	local, _ := c.Alloc(512)
+	defer local.Release()
+	if err := c.PostReadRemote(local, bad, 0, 77); err != nil {
+		t.Fatal(err)
+	}
+	var done OpCompletion
+	select {
+	case done = <-c.Completions():
+	case <-time.After(rdmatest.Scale(10 * time.Second)):
+		t.Fatal("no completion")
+	}
+	t.Logf("read with a bad rkey: %v", done.Err)
+	want := fmt.Sprintf("RDMA read on QP 0x%x failed: remote access error", c.ep.qp.Num)
+	if done.ID != 77 || !errors.Is(done.Err, ErrRemoteAccess) || !strings.Contains(done.Err.Error(), want) {
+		t.Fatalf("completion %d: %v, want ErrRemoteAccess naming %q", done.ID, done.Err, want)
+	}
+}
