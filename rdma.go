@@ -124,6 +124,15 @@
 // refused; its reason is included), [ErrMemlock] (the locked-memory limit
 // is too low for the buffer pool), [ErrMessageTooLarge], [ErrRemoteAccess],
 // [ErrCompletionsFull] and [ErrProtocol] (the peer broke the protocol).
+// A Config field out of its range fails Dial and Listen with a
+// [*ConfigError] naming it, before any device work.
+//
+// Queue-pair errors say where they happened: a refused state transition
+// names the QP number, the transition (INIT->RTR), the attribute mask in
+// ibv_qp_attr_mask names and the errno; a failed work completion names the
+// operation it belonged to ("RDMA write", "message send"), the QP and its
+// status as ibv_wc_status_str spells it. [Conn.QPInfo] returns what the
+// device holds for a connection's queue pair (ibv_query_qp), for debugging.
 //
 // # How completions are driven
 //
