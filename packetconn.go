@@ -1209,6 +1209,13 @@ func (p *PacketConn) teardown() error {
 		if p.sq[i].buf.Valid() {
 			rel = append(rel, p.sq[i].buf)
 		}
+		if e := p.sq[i].peer; e != nil {
+			// Completions are ignored from here on: a peer evicted with
+			// sends in flight would keep its address handle (and the
+			// device's PD busy) for ever.
+			e.inflight = 0
+			p.evictLocked(e.addr, e)
+		}
 		p.sq[i] = udSendEntry{}
 	}
 	if p.peers != nil {
