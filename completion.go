@@ -150,7 +150,7 @@ func (c *Conn) recvFailedLocked(wc *verbs.WC) {
 		c.qpDownLocked()
 		return
 	}
-	c.failLocked(wc.Err())
+	c.failLocked(wcErr(wc))
 }
 
 func (c *Conn) sendFailedLocked(wc *verbs.WC) {
@@ -164,7 +164,7 @@ func (c *Conn) sendFailedLocked(wc *verbs.WC) {
 		c.qpDownLocked()
 		return
 	}
-	err := wc.Err()
+	err := wcErr(wc)
 	if wc.Status == verbs.WCRetryExcErr {
 		err = &transportTimeout{cause: err}
 	}

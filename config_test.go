@@ -18,6 +18,7 @@ var documentedDefaults = Config{
 	ConnectTimeout: 15 * time.Second,
 	CloseTimeout:   5 * time.Second,
 	RetryCount:     6,
+	RNRRetry:       6,
 	KeepAlive:      15 * time.Second,
 	PollMode:       PollAdaptive,
 	PollSpin:       50 * time.Microsecond,
@@ -44,7 +45,8 @@ func TestConfigKeepsSetValues(t *testing.T) {
 	in := Config{
 		RecvBuffers: 16, SendBuffers: 8, BufferSize: 4096, MaxMessageSize: 1 << 20,
 		ConnectTimeout: time.Second, CloseTimeout: 2 * time.Second, RetryCount: 3,
-		KeepAlive: -1, AckTimeout: 65 * time.Millisecond,
+		KeepAlive: -1, AckTimeout: 65 * time.Millisecond, RNRRetry: 1, MinRNRTimer: time.Millisecond,
+		MaxPathMTU: 2048, ServiceLevel: 3, TrafficClass: 104,
 		PollMode: PollBusy, PollSpin: time.Millisecond, Pollers: 2, PollCPUs: []int{3, 1},
 		PollNoPin: true, PoolMaxBytes: 64 << 20, Backlog: 7, HandshakeTimeout: 3 * time.Second,
 	}
@@ -68,10 +70,8 @@ func TestConfigMinimums(t *testing.T) {
 		{"SendBuffers -1", Config{SendBuffers: -1}, func(c Config) int { return c.SendBuffers }, 2},
 		{"BufferSize 10", Config{BufferSize: 10}, func(c Config) int { return c.BufferSize }, 64},
 		{"BufferSize 65", Config{BufferSize: 65}, func(c Config) int { return c.BufferSize }, 65},
-		{"RetryCount -1", Config{RetryCount: -1}, func(c Config) int { return c.RetryCount }, 1},
-		{"RetryCount 9", Config{RetryCount: 9}, func(c Config) int { return c.RetryCount }, 6},
-		{"RetryCount 7", Config{RetryCount: 7}, func(c Config) int { return c.RetryCount }, 6},
 		{"RetryCount 1", Config{RetryCount: 1}, func(c Config) int { return c.RetryCount }, 1},
+		{"RNRRetry 2", Config{RNRRetry: 2}, func(c Config) int { return c.RNRRetry }, 2},
 		{"Backlog -3", Config{Backlog: -3}, func(c Config) int { return c.Backlog }, 1},
 	} {
 		if got := tc.get(tc.in.withDefaults()); got != tc.want {

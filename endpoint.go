@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
@@ -36,7 +37,13 @@ type endpoint struct {
 	sqDepth          int
 	ackTimeout       uint8 // the QP's local ACK timeout exponent (0: rdma_cm's)
 	retryCnt         uint8
-	ackTimeoutSet    uint8 // what the QP got at RTS (for the detection bound)
+	rnrRetry         uint8
+	minRNRTimer      uint8        // the RNR NAK timer code (with minRNRSet; else rdma_cm's)
+	minRNRSet        bool         // Config.MinRNRTimer was given
+	mtuCap           verbs.MTU    // the largest path MTU (0: the path's)
+	sl, tc           uint8        // service level and traffic class (0: rdma_cm's)
+	ackTimeoutSet    uint8        // what the QP got at RTS (for the detection bound)
+	avSet            verbs.AHAttr // the address vector the QP got at RTR (its SL, which a device may not keep)
 	closed           bool
 }
 
@@ -79,10 +86,8 @@ const maxRendezvous = 8
 
 func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err error) {
 	e := &endpoint{bufSize: cfg.BufferSize, maxRecv: cfg.RecvBuffers + maxRendezvous + ctlRecvReserve, maxSend: cfg.SendBuffers,
-		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided, retryCnt: uint8(cfg.RetryCount)}
-	if cfg.AckTimeout > 0 {
-		e.ackTimeout = ackTimeoutExp(cfg.AckTimeout)
-	}
+		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided}
+	e.setTransport(cfg)
 	e.sqDepth = e.maxSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
 	defer func() {
 		if err != nil {
@@ -149,41 +154,87 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	return e, nil
 }
 
+// setTransport takes the transport settings of cfg (checked, with
+// defaults) in the units of the QP attributes.
+func (e *endpoint) setTransport(cfg *Config) {
+	e.retryCnt, e.rnrRetry = uint8(cfg.RetryCount), uint8(cfg.RNRRetry)
+	e.sl, e.tc = uint8(cfg.ServiceLevel), uint8(cfg.TrafficClass)
+	if cfg.AckTimeout > 0 {
+		e.ackTimeout = ackTimeoutExp(cfg.AckTimeout)
+	}
+	if cfg.MinRNRTimer > 0 {
+		e.minRNRTimer, e.minRNRSet = rnrTimerCode(cfg.MinRNRTimer), true
+	}
+	if cfg.MaxPathMTU > 0 {
+		e.mtuCap = verbs.MTU(mtuCode(cfg.MaxPathMTU))
+	}
+}
+
 // wrid builds a work-request id for this connection.
 func (e *endpoint) wrid(kind uint64, idx int) uint64 { return e.token | kind | uint64(idx) }
 
-// moveQP asks rdma_cm for the attributes of the next state and applies them
-// through the validated state table.
+// moveQP asks rdma_cm for the attributes of the next state, applies this
+// side's Config on top (each side sets its own QP: rdma_cm would give a
+// side some of the peer's settings) and applies them through the validated
+// state table.
 func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 	for _, s := range states {
 		attr, mask, err := id.InitQPAttr(s)
 		if err != nil {
-			return err
+			return fmt.Errorf("QP 0x%x: %w", e.qp.Num, err)
 		}
-		if s == verbs.StateInit {
-			// rdma_cm gives the active side's QP remote write only; both sides
-			// must accept one-sided writes and reads into exported memory.
-			// What is reachable stays decided by MRs: only exports have rkeys
-			// with remote rights.
-			attr.AccessFlags |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
-			mask |= verbs.AttrAccessFlags
-		}
-		if s == verbs.StateRTS {
-			// Each side's own Config sets its transport timeout and
-			// retries (rdma_cm would give the passive side the dialer's).
-			attr.RetryCnt = e.retryCnt
-			mask |= verbs.AttrRetryCnt
-			if e.ackTimeout > 0 {
-				attr.Timeout = e.ackTimeout
-				mask |= verbs.AttrTimeout
-			}
-			e.ackTimeoutSet = attr.Timeout
-		}
+		mask = e.configure(s, &attr, mask)
 		if err := e.qp.Modify(&attr, mask, e.lim); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// configure puts this side's Config on the attributes rdma_cm gave for the
+// transition to state to, and returns the mask with what it added.
+func (e *endpoint) configure(to verbs.QPState, attr *verbs.QPAttr, mask verbs.AttrMask) verbs.AttrMask {
+	if to == verbs.StateInit {
+		// rdma_cm gives the active side's QP remote write only; both sides
+		// must accept one-sided writes and reads into exported memory.
+		// What is reachable stays decided by MRs: only exports have rkeys
+		// with remote rights.
+		attr.AccessFlags |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+		mask |= verbs.AttrAccessFlags
+	}
+	if to == verbs.StateRTR {
+		// The receive side and the path: the RNR NAK timer this
+		// side advertises, the path MTU cap, and the service level
+		// and traffic class of what this side sends.
+		if e.minRNRSet {
+			attr.MinRNRTimer = e.minRNRTimer
+			mask |= verbs.AttrMinRNRTimer
+		}
+		if e.mtuCap != 0 && mask&verbs.AttrPathMTU != 0 && attr.PathMTU > e.mtuCap {
+			attr.PathMTU = e.mtuCap
+		}
+		if mask&verbs.AttrAV != 0 {
+			if e.sl != 0 {
+				attr.AH.SL = e.sl
+			}
+			if e.tc != 0 && attr.AH.IsGlobal {
+				attr.AH.TrafficClass = e.tc
+			}
+			e.avSet = attr.AH
+		}
+	}
+	if to == verbs.StateRTS {
+		// Each side's own Config sets its transport timeout and
+		// retries (rdma_cm would give the passive side the dialer's).
+		attr.RetryCnt, attr.RNRRetry = e.retryCnt, e.rnrRetry
+		mask |= verbs.AttrRetryCnt | verbs.AttrRNRRetry
+		if e.ackTimeout > 0 {
+			attr.Timeout = e.ackTimeout
+			mask |= verbs.AttrTimeout
+		}
+		e.ackTimeoutSet = attr.Timeout
+	}
+	return mask
 }
 
 // toError moves the QP to ERR so every outstanding work request flushes.

@@ -148,7 +148,7 @@ func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs
 	}
 	s := &c.ops[idx]
 	b.Retain()
-	s.async, s.local = false, b
+	s.async, s.local, s.name = false, b, "memory window bind (export)"
 	var bind verbs.SendWR
 	c.sqPushLocked(&bind, wrOneSided, idx, true)
 	rkey, err := c.ep.qp.PostBindMW(bind.WRID, mw, mr, b.Addr(), uint64(b.Len()), rights)
@@ -211,6 +211,7 @@ type opSlot struct {
 	async bool
 	id    uint64
 	local buffer.Buf
+	name  string // the operation, for its error (a failed completion's opcode is not valid)
 }
 
 // OpCompletion reports the end of an asynchronous operation.
@@ -314,7 +315,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	s := &c.ops[idx]
 	local.Retain()
-	s.async, s.id, s.local = async, id, local
+	s.async, s.id, s.local, s.name = async, id, local, oneSidedOpName(opcode)
 	if err := c.postLocked(verbs.SendWR{Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
 		Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, wrOneSided, idx, true); err != nil {
 		b := c.giveBackOpSlotLocked(idx)
@@ -417,7 +418,7 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 	s := &c.ops[idx]
 	var err error
 	if wc.Status != verbs.WCSuccess {
-		err = wc.Err()
+		err = wc.ErrOp(s.name)
 		switch wc.Status {
 		case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
 			err = fmt.Errorf("%w: %v", ErrRemoteAccess, err)

@@ -841,7 +841,7 @@ func (p *PacketConn) sendDoneLocked(wc *verbs.WC, idx int) {
 	if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
 		// A UD send fails only on a local error (a bad key, a destroyed
 		// address handle): the library's fault, and the QP is down.
-		p.failLocked(fmt.Errorf("datagram send failed: %w", wc.Err()))
+		p.failLocked(wc.ErrOp("datagram send"))
 	}
 	for p.sqLen > 0 {
 		k := p.sqHead

@@ -124,6 +124,15 @@
 // refused; its reason is included), [ErrMemlock] (the locked-memory limit
 // is too low for the buffer pool), [ErrMessageTooLarge], [ErrRemoteAccess],
 // [ErrCompletionsFull] and [ErrProtocol] (the peer broke the protocol).
+// A Config field out of its range fails Dial and Listen with a
+// [*ConfigError] naming it, before any device work.
+//
+// Queue-pair errors say where they happened: a refused state transition
+// names the QP number, the transition (INIT->RTR), the attribute mask in
+// ibv_qp_attr_mask names and the errno; a failed work completion names the
+// operation it belonged to ("RDMA write", "message send"), the QP and its
+// status as ibv_wc_status_str spells it. [Conn.QPInfo] returns what the
+// device holds for a connection's queue pair (ibv_query_qp), for debugging.
 //
 // # How completions are driven
 //
@@ -211,18 +220,63 @@ type Config struct {
 	// of protocol 1.2 or later (its control-reserve feature); with an
 	// older one none is sent.
 	KeepAlive time.Duration
-	// AckTimeout is the RC transport's local ACK timeout: how long the NIC
-	// waits for an acknowledgement before it retransmits. Devices count it
-	// as 4.096 µs x 2^n (n = 1..31): it is rounded up to that. 0 means the
-	// value rdma_cm derives from the path (measured on Soft-RoCE with
-	// Linux 6.1: n = 19, about 2.1 s, so with the default RetryCount a
-	// vanished peer is detected within 15 s + 7 x 2.1 s, about 30 s).
+	// The RC transport settings below (AckTimeout to TrafficClass) are
+	// each side's own: Dial's Config sets the dialer's QP, the
+	// ListenConfig's the accepted connections' QPs, and neither is sent to
+	// the peer (except that both sides must agree on MaxPathMTU). Out of
+	// range values fail Dial and Listen with a *ConfigError naming the
+	// field, before any device work. Conn.QPInfo reads back what the QP
+	// holds.
+
+	// AckTimeout is the RC transport's local ACK timeout (the QP's
+	// timeout attribute, set at RTS): how long this side's NIC waits for
+	// an acknowledgement of what it sent before it retransmits. Devices
+	// count it as 4.096 µs x 2^n (n = 1..31): it is rounded up to that, up
+	// to about 2 h 27 min. 0 means the value rdma_cm derives from the path
+	// (measured on Soft-RoCE with Linux 6.1: n = 19, about 2.1 s, so with
+	// the default RetryCount a vanished peer is detected within 15 s + 7 x
+	// 2.1 s, about 30 s). Negative values are refused.
 	AckTimeout time.Duration
-	// RetryCount is how often the RC transport retransmits an unacknowledged
-	// packet before the connection fails (1..6). 0 means 6. (7 is not
-	// offered: some devices, Soft-RoCE among them, take it to mean "retry
-	// forever", so a vanished peer would never be detected.)
+	// RetryCount is how often this side's NIC retransmits an
+	// unacknowledged packet before the connection fails (retry_cnt, set at
+	// RTS): 1..6; 0 means 6. 7 is refused: some devices, Soft-RoCE among
+	// them, take it to mean "retry forever", so a vanished peer would never
+	// be detected.
 	RetryCount int
+	// RNRRetry is how often this side's NIC resends a message the peer's
+	// NIC refused for want of a posted receive (an RNR NAK) before the
+	// connection fails (rnr_retry, set at RTS): 1..6; 0 means 6. Credit-based
+	// flow control means a well-behaved peer never sends one; 7 is refused,
+	// as it means "retry forever" and a peer that stopped posting receives
+	// would stall this side instead of failing it.
+	RNRRetry int
+	// MinRNRTimer is how long this side asks the peer's NIC to wait before
+	// resending a message it refused for want of a posted receive (the QP's
+	// min_rnr_timer, set at RTR and carried in its RNR NAKs): rounded up
+	// to the IB specification's table (10 µs, 20 µs, 30 µs, 40 µs, 60 µs, ...
+	// 491.52 ms, 655.36 ms). 0 means rdma_cm's value, the table's longest
+	// (655.36 ms); negative values and values above 655.36 ms are refused.
+	MinRNRTimer time.Duration
+	// MaxPathMTU caps the path MTU in bytes (the QP's path_mtu, set at
+	// RTR; the largest packet payload): 256..4096, rounded down to 256,
+	// 512, 1024, 2048 or 4096. 0 means the path's, as rdma_cm resolves it
+	// (the port's active MTU, 1024 on Soft-RoCE over a 1500-byte netdev).
+	// The path MTU serves both directions and the two ends must agree
+	// (a multi-packet message's middle packets must be exactly one MTU):
+	// give both sides the same cap.
+	MaxPathMTU int
+	// ServiceLevel is the service level of the packets this side sends
+	// (the address vector's sl, set at RTR): 0..15. On InfiniBand it picks
+	// the virtual lane; on RoCE the NIC maps it to a priority (PCP), and
+	// Soft-RoCE ignores it on the wire (the QP still holds it). 0 means
+	// rdma_cm's value (0 unless the route maps a type of service).
+	ServiceLevel int
+	// TrafficClass is the GRH traffic class of the packets this side sends
+	// (the address vector's grh.traffic_class, set at RTR): 0..255; on
+	// RoCE v2 it is the IP header's DSCP << 2 | ECN, for QoS in the
+	// network. 0 means rdma_cm's value (0 unless the id has a type of
+	// service).
+	TrafficClass int
 	// PollMode is how completions are waited for. PollAdaptive (the zero
 	// value): a goroutine that waits for a completion (Read, Write waiting
 	// for credit, Recv, a blocking one-sided call) polls the CQ itself for a
@@ -288,15 +342,16 @@ func (c *Config) withDefaults() Config {
 	def(&out.RecvBuffers, 64, 4)
 	def(&out.SendBuffers, 64, 2)
 	def(&out.BufferSize, 32<<10, 64)
-	def(&out.RetryCount, 6, 1)
-	if out.RetryCount > 6 {
-		out.RetryCount = 6
+	// The transport settings' ranges are checked by check, before
+	// withDefaults: only the zero values are resolved here.
+	if out.RetryCount == 0 {
+		out.RetryCount = defaultRetry
+	}
+	if out.RNRRetry == 0 {
+		out.RNRRetry = defaultRetry
 	}
 	if out.KeepAlive == 0 {
 		out.KeepAlive = 15 * time.Second // net.Dialer's default
-	}
-	if out.AckTimeout < 0 {
-		out.AckTimeout = 0
 	}
 	def(&out.Backlog, 128, 1)
 	if out.ConnectTimeout == 0 {
@@ -452,6 +507,9 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 	if err := checkNetwork(network); err != nil {
 		return nil, opErr(err)
 	}
+	if err := d.Config.check(); err != nil {
+		return nil, opErr(err)
+	}
 	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = cfg.ConnectTimeout
@@ -499,6 +557,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
 	}
 	if err := checkNetwork(network); err != nil {
+		return nil, opErr(err)
+	}
+	if err := lc.Config.check(); err != nil {
 		return nil, opErr(err)
 	}
 	ap, err := resolve(ctx, network, address, true)

@@ -276,7 +276,7 @@ func (c *Conn) readDoneLocked(idx int, wc *verbs.WC) {
 		// The peer's NIC refused: its announcement named memory it had not
 		// lent us. The RC error has taken the QP down.
 		c.failLocked(fmt.Errorf("%w: reading a %d-byte message the peer announced: %v",
-			ErrRemoteAccess, c.rvIn[idx].desc.Region.Len, wc.Err()))
+			ErrRemoteAccess, c.rvIn[idx].desc.Region.Len, wcErr(wc)))
 		return
 	default:
 		c.sendFailedLocked(wc)

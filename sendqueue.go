@@ -116,11 +116,11 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 		}
 	case wrSendMsg:
 		c.sendFailedLocked(wc)
-		c.msgDoneLocked(e.idx, wc.Err())
+		c.msgDoneLocked(e.idx, wcErr(wc))
 	case wrInval: // the peer read a large message; its window is revoked
 		c.sendFailedLocked(wc)
 		c.rvOut--
-		c.msgDoneLocked(e.idx, wc.Err())
+		c.msgDoneLocked(e.idx, wcErr(wc))
 	case wrReadRv:
 		c.readDoneLocked(e.idx, wc)
 	case wrOneSided:

@@ -144,23 +144,39 @@ const (
 	WCLocalInv        WCOpcode = C.IBV_WC_LOCAL_INV
 )
 
-// CompletionError is a failed work completion, with the provider's vendor code.
+// CompletionError is a failed work completion: its status (named as
+// ibv_wc_status_str does), the provider's vendor code, the QP and the work
+// request it belonged to. A failed completion's opcode is not valid (only
+// wr_id, status, vendor_err and qp_num are), so the operation is named by
+// the poster, from the work-request id (WC.ErrOp).
 type CompletionError struct {
 	Status    WCStatus
 	VendorErr uint32
 	WRID      uint64
+	QPN       uint32
+	Op        string // the operation of the work request ("RDMA write", "message send"); "" if unknown
 }
 
 func (e *CompletionError) Error() string {
-	return fmt.Sprintf("work completion failed: %s (status %d, vendor error 0x%x)", e.Status, uint32(e.Status), e.VendorErr)
+	op := e.Op
+	if op == "" {
+		op = fmt.Sprintf("work request 0x%x", e.WRID)
+	}
+	return fmt.Sprintf("%s on QP 0x%x failed: %s (work completion status %d, vendor error 0x%x)",
+		op, e.QPN, e.Status, uint32(e.Status), e.VendorErr)
 }
 
-// Err returns nil for a successful completion, else a *CompletionError.
-func (w *WC) Err() error {
+// Err returns nil for a successful completion, else a *CompletionError
+// that does not name the operation (see ErrOp).
+func (w *WC) Err() error { return w.ErrOp("") }
+
+// ErrOp returns nil for a successful completion, else a *CompletionError
+// naming op as the operation the work request carried.
+func (w *WC) ErrOp(op string) error {
 	if w.Status == WCSuccess {
 		return nil
 	}
-	return &CompletionError{Status: w.Status, VendorErr: w.VendorErr, WRID: w.WRID}
+	return &CompletionError{Status: w.Status, VendorErr: w.VendorErr, WRID: w.WRID, QPN: w.QPNum, Op: op}
 }
 
 // CompChannel is a completion event channel; its fd is non-blocking so it can

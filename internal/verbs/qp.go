@@ -220,10 +220,47 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask, lim PortLimits) error {
 func (q *QP) Query() (QPState, error) {
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return 0, ErrClosed
+	}
 	if ret := C.ibv_query_qp(q.qp, &a, C.IBV_QP_STATE, &ia); ret != 0 {
-		return 0, errnoErr("ibv_query_qp", nil, ret)
+		return 0, errnoErr(fmt.Sprintf("ibv_query_qp QP 0x%x", q.Num), nil, ret)
 	}
 	return QPState(a.qp_state), nil
+}
+
+// QPCap is a QP's capacities as ibv_query_qp reports them (struct ibv_qp_cap).
+type QPCap struct {
+	MaxSendWR, MaxRecvWR, MaxSendSGE, MaxRecvSGE, MaxInline int
+}
+
+// queryMask asks ibv_query_qp for every attribute QPAttr holds (and the
+// capacities).
+const queryMask = AttrState | AttrCurState | AttrAccessFlags | AttrPKeyIndex | AttrPort | AttrQKey | AttrAV |
+	AttrPathMTU | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrRQPSN | AttrMaxQPRdAtomic | AttrMinRNRTimer |
+	AttrSQPSN | AttrMaxDestRdAtomic | AttrCap | AttrDestQPN
+
+// QueryAttr returns the attributes and capacities the device holds for the
+// QP (ibv_query_qp), for diagnostics: what a modify actually left, which
+// may differ from what was asked (a device may round or ignore a value).
+// The PSNs are the device's current ones: the next to send and the next
+// expected. It fails with ErrClosed after Close.
+func (q *QP) QueryAttr() (QPAttr, QPCap, error) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return QPAttr{}, QPCap{}, ErrClosed
+	}
+	if ret := C.ibv_query_qp(q.qp, &a, C.int(queryMask), &ia); ret != 0 {
+		return QPAttr{}, QPCap{}, errnoErr(fmt.Sprintf("ibv_query_qp QP 0x%x", q.Num), nil, ret)
+	}
+	c := QPCap{MaxSendWR: int(a.cap.max_send_wr), MaxRecvWR: int(a.cap.max_recv_wr), MaxSendSGE: int(a.cap.max_send_sge),
+		MaxRecvSGE: int(a.cap.max_recv_sge), MaxInline: int(a.cap.max_inline_data)}
+	return QPAttrFromC(unsafe.Pointer(&a)), c, nil
 }
 
 const postBatch = 64 // POST_BATCH in C
@@ -272,7 +309,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 }
 
 func postError(op string, qpn uint32, code C.int) error {
-	return fmt.Errorf("%s QP 0x%x (request %d): %w", op, qpn, int(code)/256, syscall.Errno(code%256))
+	return &errnoError{op: fmt.Sprintf("%s QP 0x%x (request %d of the batch)", op, qpn, int(code)/256), errno: syscall.Errno(code % 256)}
 }
 
 // PostStats reports how many post calls crossed into C and how many work

@@ -91,49 +91,61 @@ const (
 	AttrRateLimit        AttrMask = 1 << 25 // IBV_QP_RATE_LIMIT
 )
 
-// attrNames gives each mask bit the name used in String and in errors. The
-// names follow the IBV_QP_* suffix, except MAX_QP_RD_ATOMIC, which is named
-// after the ibv_qp_attr field it sets (max_rd_atomic) so that it is not
-// confused with max_dest_rd_atomic.
+// attrNames gives each mask bit the name used in String and in errors, and
+// its enum ibv_qp_attr_mask name (VerbsString). The short names follow the
+// IBV_QP_* suffix, except MAX_QP_RD_ATOMIC, which is named after the
+// ibv_qp_attr field it sets (max_rd_atomic) so that it is not confused with
+// max_dest_rd_atomic.
 var attrNames = [...]struct {
-	bit  AttrMask
-	name string
+	bit       AttrMask
+	name, ibv string
 }{
-	{AttrState, "state"},
-	{AttrCurState, "cur_state"},
-	{AttrEnSQDAsyncNotify, "en_sqd_async_notify"},
-	{AttrAccessFlags, "access_flags"},
-	{AttrPKeyIndex, "pkey_index"},
-	{AttrPort, "port"},
-	{AttrQKey, "qkey"},
-	{AttrAV, "av"},
-	{AttrPathMTU, "path_mtu"},
-	{AttrTimeout, "timeout"},
-	{AttrRetryCnt, "retry_cnt"},
-	{AttrRNRRetry, "rnr_retry"},
-	{AttrRQPSN, "rq_psn"},
-	{AttrMaxQPRdAtomic, "max_rd_atomic"},
-	{AttrAltPath, "alt_path"},
-	{AttrMinRNRTimer, "min_rnr_timer"},
-	{AttrSQPSN, "sq_psn"},
-	{AttrMaxDestRdAtomic, "max_dest_rd_atomic"},
-	{AttrPathMigState, "path_mig_state"},
-	{AttrCap, "cap"},
-	{AttrDestQPN, "dest_qpn"},
-	{AttrRateLimit, "rate_limit"},
+	{AttrState, "state", "IBV_QP_STATE"},
+	{AttrCurState, "cur_state", "IBV_QP_CUR_STATE"},
+	{AttrEnSQDAsyncNotify, "en_sqd_async_notify", "IBV_QP_EN_SQD_ASYNC_NOTIFY"},
+	{AttrAccessFlags, "access_flags", "IBV_QP_ACCESS_FLAGS"},
+	{AttrPKeyIndex, "pkey_index", "IBV_QP_PKEY_INDEX"},
+	{AttrPort, "port", "IBV_QP_PORT"},
+	{AttrQKey, "qkey", "IBV_QP_QKEY"},
+	{AttrAV, "av", "IBV_QP_AV"},
+	{AttrPathMTU, "path_mtu", "IBV_QP_PATH_MTU"},
+	{AttrTimeout, "timeout", "IBV_QP_TIMEOUT"},
+	{AttrRetryCnt, "retry_cnt", "IBV_QP_RETRY_CNT"},
+	{AttrRNRRetry, "rnr_retry", "IBV_QP_RNR_RETRY"},
+	{AttrRQPSN, "rq_psn", "IBV_QP_RQ_PSN"},
+	{AttrMaxQPRdAtomic, "max_rd_atomic", "IBV_QP_MAX_QP_RD_ATOMIC"},
+	{AttrAltPath, "alt_path", "IBV_QP_ALT_PATH"},
+	{AttrMinRNRTimer, "min_rnr_timer", "IBV_QP_MIN_RNR_TIMER"},
+	{AttrSQPSN, "sq_psn", "IBV_QP_SQ_PSN"},
+	{AttrMaxDestRdAtomic, "max_dest_rd_atomic", "IBV_QP_MAX_DEST_RD_ATOMIC"},
+	{AttrPathMigState, "path_mig_state", "IBV_QP_PATH_MIG_STATE"},
+	{AttrCap, "cap", "IBV_QP_CAP"},
+	{AttrDestQPN, "dest_qpn", "IBV_QP_DEST_QPN"},
+	{AttrRateLimit, "rate_limit", "IBV_QP_RATE_LIMIT"},
 }
 
 // String lists the set bits in ascending order, e.g. "path_mtu|dest_qpn".
 // Bits without a name (libibverbs-internal ones) are shown as one hex value.
 // The empty mask is "none".
-func (m AttrMask) String() string {
+func (m AttrMask) String() string { return m.names(false) }
+
+// VerbsString is String with the enum ibv_qp_attr_mask names, as in
+// ibv_modify_qp(3): "IBV_QP_STATE|IBV_QP_PATH_MTU". Errors of a modify show
+// the whole mask this way.
+func (m AttrMask) VerbsString() string { return m.names(true) }
+
+func (m AttrMask) names(ibv bool) string {
 	if m == 0 {
 		return "none"
 	}
 	var parts []string
 	for _, a := range attrNames {
 		if m&a.bit != 0 {
-			parts = append(parts, a.name)
+			if ibv {
+				parts = append(parts, a.ibv)
+			} else {
+				parts = append(parts, a.name)
+			}
 			m &^= a.bit
 		}
 	}
@@ -141,6 +153,65 @@ func (m AttrMask) String() string {
 		parts = append(parts, fmt.Sprintf("0x%x", uint32(m)))
 	}
 	return strings.Join(parts, "|")
+}
+
+// Values lists the values of the scalar attributes mask selects, in mask
+// order, e.g. "state=RTS timeout=14 retry_cnt=6 sq_psn=0x1234" (the address
+// vector as its GRH traffic class, service level and sgid index; access
+// flags by name). Errors of a modify show it, so a refused value is visible.
+func (a *QPAttr) Values(mask AttrMask) string {
+	var b strings.Builder
+	add := func(format string, args ...any) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, format, args...)
+	}
+	for _, n := range attrNames {
+		if mask&n.bit == 0 {
+			continue
+		}
+		switch n.bit {
+		case AttrState:
+			add("state=%s", a.State)
+		case AttrCurState:
+			add("cur_state=%s", a.CurState)
+		case AttrAccessFlags:
+			add("access_flags=%s", a.AccessFlags)
+		case AttrPKeyIndex:
+			add("pkey_index=%d", a.PKeyIndex)
+		case AttrPort:
+			add("port=%d", a.PortNum)
+		case AttrQKey:
+			add("qkey=0x%x", a.QKey)
+		case AttrAV:
+			add("av.sl=%d", a.AH.SL)
+			if a.AH.IsGlobal {
+				add("av.traffic_class=%d av.sgid_index=%d av.hop_limit=%d", a.AH.TrafficClass, a.AH.SGIDIndex, a.AH.HopLimit)
+			}
+		case AttrPathMTU:
+			add("path_mtu=%s", a.PathMTU)
+		case AttrTimeout:
+			add("timeout=%d", a.Timeout)
+		case AttrRetryCnt:
+			add("retry_cnt=%d", a.RetryCnt)
+		case AttrRNRRetry:
+			add("rnr_retry=%d", a.RNRRetry)
+		case AttrRQPSN:
+			add("rq_psn=0x%x", a.RQPSN)
+		case AttrMaxQPRdAtomic:
+			add("max_rd_atomic=%d", a.MaxRdAtomic)
+		case AttrMinRNRTimer:
+			add("min_rnr_timer=%d", a.MinRNRTimer)
+		case AttrSQPSN:
+			add("sq_psn=0x%x", a.SQPSN)
+		case AttrMaxDestRdAtomic:
+			add("max_dest_rd_atomic=%d", a.MaxDestRdAtomic)
+		case AttrDestQPN:
+			add("dest_qpn=0x%x", a.DestQPN)
+		}
+	}
+	return b.String()
 }
 
 // MTU is a path MTU (values of enum ibv_mtu).
@@ -263,14 +334,16 @@ var (
 	ErrUnsupportedQPType = errors.New("unsupported QP type")
 )
 
-// TransitionError names the QP, both states and the offending attribute.
-// Attr is the attribute's name (AttrMask.String spelling, or e.g.
+// TransitionError is a modify refused in Go, before the kernel saw it. It
+// names the QP, both states, the attribute mask asked for and the offending
+// attribute. Attr is the attribute's name (AttrMask.String spelling, or e.g.
 // "ah.sgid_index" for a field inside the address vector); it is empty for an
 // illegal transition. Reason is the human-readable detail after the prefix.
 type TransitionError struct {
 	QPN      uint32
 	Type     QPType
 	From, To QPState
+	Mask     AttrMask // the attributes the modify asked to set (0: not recorded)
 	Attr     string
 	Reason   string
 
@@ -278,8 +351,42 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("modify QP 0x%x (%s) %s->%s: %s", e.QPN, e.Type, e.From, e.To, e.Reason)
+	return modifyPrefix(e.QPN, e.Type, e.From, e.To, e.Mask) + ": " + e.Reason
 }
+
+// modifyPrefix is what every modify error starts with:
+// "modify QP 0x1a (RC) INIT->RTR [IBV_QP_STATE|IBV_QP_AV|...]".
+func modifyPrefix(qpn uint32, typ QPType, from, to QPState, mask AttrMask) string {
+	s := fmt.Sprintf("modify QP 0x%x (%s) %s->%s", qpn, typ, from, to)
+	if mask != 0 {
+		s += " [" + mask.VerbsString() + "]"
+	}
+	return s
+}
+
+// ModifyError is a modify the device (ibv_modify_qp) refused after the Go
+// checks passed: the QP, both states, the mask in ibv_qp_attr_mask names,
+// the values of the attributes set, and the error (a syscall.Errno from
+// ibv_modify_qp, which Unwrap returns, so errors.Is(err, syscall.EINVAL)
+// holds).
+type ModifyError struct {
+	QPN      uint32
+	Type     QPType
+	From, To QPState
+	Mask     AttrMask
+	Values   string // QPAttr.Values(Mask)
+	Err      error
+}
+
+func (e *ModifyError) Error() string {
+	s := modifyPrefix(e.QPN, e.Type, e.From, e.To, e.Mask)
+	if e.Values != "" {
+		s += " (" + e.Values + ")"
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *ModifyError) Unwrap() error { return e.Err }
 
 // Unwrap returns ErrIllegalTransition, ErrInvalidAttr or
 // ErrUnsupportedQPType. For a TransitionError built outside this package
@@ -461,7 +568,7 @@ func CheckTransition(qpn uint32, typ QPType, cur QPState, attr *QPAttr, mask Att
 		to = attr.State
 	}
 	fail := func(kind error, name, format string, args ...any) error {
-		return &TransitionError{QPN: qpn, Type: typ, From: cur, To: to,
+		return &TransitionError{QPN: qpn, Type: typ, From: cur, To: to, Mask: mask,
 			Attr: name, Reason: fmt.Sprintf(format, args...), kind: kind}
 	}
 
@@ -629,7 +736,7 @@ func (g *StateGuard) State() QPState {
 // throughout, so concurrent Modify calls on one QP run one after another,
 // each seeing the state the previous one left. On success the state becomes
 // the target; if apply fails the state is unchanged and apply's error is
-// returned wrapped with the "modify QP 0x.. (T) FROM->TO: " prefix.
+// returned in a *ModifyError (QP, states, mask and values).
 func (g *StateGuard) Modify(attr *QPAttr, mask AttrMask, lim PortLimits, apply func(*QPAttr, AttrMask) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -641,7 +748,8 @@ func (g *StateGuard) Modify(attr *QPAttr, mask AttrMask, lim PortLimits, apply f
 		to = attr.State
 	}
 	if err := apply(attr, mask); err != nil {
-		return fmt.Errorf("modify QP 0x%x (%s) %s->%s: %w", g.qpn, g.typ, g.state, to, err)
+		return &ModifyError{QPN: g.qpn, Type: g.typ, From: g.state, To: to, Mask: mask,
+			Values: attr.Values(mask), Err: err}
 	}
 	g.state = to
 	return nil

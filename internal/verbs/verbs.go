@@ -34,10 +34,13 @@ func errnoErr(op string, err error, ret C.int) error {
 		ret = -ret
 	}
 	if ret != 0 && ret != -1 {
-		return fmt.Errorf("%s: %w", op, syscall.Errno(ret))
+		return &errnoError{op: op, errno: syscall.Errno(ret)}
 	}
 	if err == nil {
 		err = syscall.EIO
+	}
+	if e, ok := err.(syscall.Errno); ok {
+		return &errnoError{op: op, errno: e}
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -1,0 +1,6 @@
+//go:build !linux || !cgo
+
+package rdma
+
+// QPInfo returns the error of every operation in this build (see Dial).
+func (c *Conn) QPInfo() (QPInfo, error) { return QPInfo{}, opError("qp info") }

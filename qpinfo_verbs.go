@@ -1,0 +1,46 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"errors"
+	"net"
+
+	"github.com/verbline/rdma/internal/verbs"
+)
+
+// QPInfo returns what the device holds for the connection's queue pair
+// (ibv_query_qp): the transport settings, the path MTU, the PSNs and the
+// state. It works after a transport error too (State is then "ERR"), until
+// Close; after Close it returns an error wrapping net.ErrClosed. It takes
+// a system call: for debugging, not for a hot path.
+func (c *Conn) QPInfo() (QPInfo, error) {
+	const op = "qp info"
+	if c.isClosed() {
+		return QPInfo{}, c.opError(op, net.ErrClosed)
+	}
+	a, cp, err := c.ep.qp.QueryAttr()
+	if errors.Is(err, verbs.ErrClosed) {
+		err = net.ErrClosed
+	}
+	if err != nil {
+		return QPInfo{}, c.opError(op, err)
+	}
+	return qpInfoOf(c.ep.qp.Num, &a, cp), nil
+}
+
+func qpInfoOf(qpn uint32, a *verbs.QPAttr, cp verbs.QPCap) QPInfo {
+	info := QPInfo{QPN: qpn, DestQPN: a.DestQPN, State: a.State.String(), PathMTU: a.PathMTU.Bytes(),
+		TimeoutExp: a.Timeout, RetryCount: int(a.RetryCnt), RNRRetry: int(a.RNRRetry),
+		MinRNRTimer: rnrTimerOf(a.MinRNRTimer), MinRNRTimerCode: a.MinRNRTimer,
+		SendPSN: a.SQPSN, RecvPSN: a.RQPSN, ServiceLevel: int(a.AH.SL),
+		MaxInline: cp.MaxInline, MaxSendWR: cp.MaxSendWR, MaxRecvWR: cp.MaxRecvWR,
+		MaxRdAtomic: int(a.MaxRdAtomic), MaxDestRdAtomic: int(a.MaxDestRdAtomic)}
+	if a.Timeout != 0 {
+		info.AckTimeout = ackTimeoutOf(a.Timeout)
+	}
+	if a.AH.IsGlobal {
+		info.TrafficClass, info.HopLimit, info.SGIDIndex = int(a.AH.TrafficClass), int(a.AH.HopLimit), int(a.AH.SGIDIndex)
+	}
+	return info
+}
