@@ -3,7 +3,6 @@
 package rdma
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -155,15 +154,25 @@ func readRDMAPorts(e hintEnv) []rdmaPort {
 					rp.addrs[netdev] = append(rp.addrs[netdev], a)
 				}
 			}
-			gids, _ := e.readDir(filepath.Join(dir, "gids"))
-			slices.SortFunc(gids, func(a, b os.DirEntry) int { return cmp.Compare(atoi(a.Name()), atoi(b.Name())) })
-			for _, g := range gids {
-				a, err := netip.ParseAddr(e.read(filepath.Join(dir, "gids", g.Name())))
-				netdev := e.read(filepath.Join(dir, "gid_attrs", "ndevs", g.Name()))
-				if err != nil || a.IsUnspecified() || netdev == "" {
-					continue // an empty slot, or an InfiniBand GID (no netdev)
+			// The kernel fills a RoCE GID table from index 0 and a
+			// table has up to thousands of slots (Soft-RoCE: 1024), each
+			// a file: read until a run of empty slots, not all of them
+			// (that took 1.4 s in the emulated guest).
+			for i, empty := 0, 0; empty < gidEmptyRun; i++ {
+				g := strconv.Itoa(i)
+				raw := e.read(filepath.Join(dir, "gids", g))
+				if raw == "" {
+					break // past the table's end
 				}
-				add(netdev, a.Unmap())
+				a, err := netip.ParseAddr(raw)
+				if err != nil || a.IsUnspecified() {
+					empty++
+					continue
+				}
+				empty = 0
+				if netdev := e.read(filepath.Join(dir, "gid_attrs", "ndevs", g)); netdev != "" {
+					add(netdev, a.Unmap()) // none: an InfiniBand GID
+				}
 			}
 			if e.read(filepath.Join(dir, "link_layer")) == "InfiniBand" {
 				nets, _ := e.readDir(filepath.Join(ib, d.Name(), "device", "net"))
@@ -186,10 +195,8 @@ func readRDMAPorts(e hintEnv) []rdmaPort {
 	return out
 }
 
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
-}
+// gidEmptyRun is how many empty GID slots in a row end the scan.
+const gidEmptyRun = 16
 
 // rdmaAddressHint lists the netdevs and IPs of this machine that have
 // RDMA, for an address that has none.

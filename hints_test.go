@@ -5,10 +5,12 @@ package rdma
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,8 +53,20 @@ func fakeEnv(root string, netdevs ...netdevInfo) hintEnv {
 
 // A Soft-RoCE device on eth0 (the guest's), its GID table holding the
 // netdev's link-local IPv6 and its IPv4 twice (RoCE v1 and v2 entries),
-// an empty slot, and slot 10 to check the numeric order.
-var rxeTree = map[string]string{
+// empty slots, slot 10 after a hole (numeric order), and one after a run
+// of gidEmptyRun empty slots, where the scan has stopped.
+var rxeTree = func() map[string]string {
+	m := map[string]string{}
+	for i := 3; i < 40; i++ {
+		m["sys/class/infiniband/rxe0/ports/1/gids/"+strconv.Itoa(i)] = "0000:0000:0000:0000:0000:0000:0000:0000"
+	}
+	m["sys/class/infiniband/rxe0/ports/1/gids/39"] = "0000:0000:0000:0000:0000:ffff:0a00:0299"
+	m["sys/class/infiniband/rxe0/ports/1/gid_attrs/ndevs/39"] = "eth0"
+	maps.Copy(m, rxeFiles)
+	return m
+}()
+
+var rxeFiles = map[string]string{
 	"sys/class/infiniband/rxe0/ports/1/state":              "4: ACTIVE",
 	"sys/class/infiniband/rxe0/ports/1/link_layer":         "Ethernet",
 	"sys/class/infiniband/rxe0/ports/1/gids/0":             "fe80:0000:0000:0000:5054:00ff:fe12:3456",
@@ -89,7 +103,7 @@ func TestRDMAAddressHint(t *testing.T) {
 			t.Errorf("hint does not say %q:\n%s", want, hint)
 		}
 	}
-	if strings.Contains(hint, "lo ") || strings.Contains(hint, "2:c903") {
+	if strings.Contains(hint, "lo ") || strings.Contains(hint, "2:c903") || strings.Contains(hint, "10.0.2.153") {
 		t.Errorf("hint lists loopback or an InfiniBand GID as an address:\n%s", hint)
 	}
 
@@ -262,5 +276,27 @@ func TestErrorsHintsLive(t *testing.T) {
 		}
 	default:
 		t.Fatalf("listen on 192.0.2.1: %v, want ErrNoDevice or ErrNotRDMAAddress", err)
+	}
+	if !errors.Is(err, ErrNotRDMAAddress) {
+		return
+	}
+	// Loopback, and (scripts/softroce) an address on a netdev without RDMA:
+	// the hint lists the RDMA addresses, not these.
+	addrs := []string{"127.0.0.1"}
+	if a := os.Getenv("RDMA_TEST_NONRDMA_ADDR"); a != "" {
+		addrs = append(addrs, a)
+	}
+	for _, a := range addrs {
+		_, err := Dial("rdma", net.JoinHostPort(a, "7471"))
+		if a != "127.0.0.1" {
+			_, err = Listen("rdma", net.JoinHostPort(a, "0"))
+		}
+		hint := cerrors.FlattenHints(err)
+		if !errors.Is(err, ErrNotRDMAAddress) || !strings.Contains(hint, "addresses with RDMA on this machine") {
+			t.Errorf("%s: %v, want ErrNotRDMAAddress with a hint; hint:\n%s", a, err, hint)
+		} else if strings.Contains(hint, " "+a+"\n") || strings.Contains(hint, " "+a+",") {
+			t.Errorf("%s: the hint lists it as an RDMA address:\n%s", a, hint)
+		}
+		t.Logf("%s: %v", a, err)
 	}
 }
