@@ -4,7 +4,6 @@ package rdma
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -177,7 +176,7 @@ func (r *registrar) Register(mem []byte) (buffer.Registration, error) {
 	mr, err := r.pd.RegMR(mem, r.access)
 	if err != nil {
 		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
-			return nil, fmt.Errorf("%w: %v", ErrMemlock, err)
+			return nil, memlockError(err, len(mem)) // with a hint: the limit, what is pinned, how to raise it
 		}
 		return nil, err
 	}

@@ -5,6 +5,19 @@ import "errors"
 // The sentinels callers test with errors.Is. Errors from a Conn arrive
 // wrapped in a *net.OpError; the sentinel says what happened, the wrapped
 // chain keeps the cause (an errno, a work completion's status).
+//
+// Where the fix is on the user's machine (ErrMemlock, ErrNoDevice,
+// ErrNotRDMAAddress), the error also carries a hint for this machine (the
+// memlock limit and what is pinned, the module or device file missing,
+// the netdevs and IPs that have RDMA), made when the error is:
+// github.com/cockroachdb/errors' FlattenHints(err) or GetAllHints(err)
+// read it through any wrapping (see hints.go). Error() says the fix in
+// one line either way.
+//
+// The sentinels themselves are the standard library's errors.New: they
+// are compared by identity, and cockroachdb/errors' New would attach a
+// stack taken during package initialization, which its %+v would print
+// under every error wrapping them as if it were where they failed.
 
 // Errors callers can test with errors.Is.
 var (

@@ -61,7 +61,7 @@ type helloFunc func(*Conn) []byte
 func newChannel() (*rdmacm.Channel, error) {
 	ch, err := rdmacm.NewChannel()
 	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, fmt.Errorf("%w (%v)", ErrNoDevice, err)
+		return nil, addHint(fmt.Errorf("%w (%v)", ErrNoDevice, err))
 	}
 	return ch, err
 }
@@ -114,7 +114,7 @@ func eventError(ev rdmacm.Event, what string) error {
 	switch ev.Type {
 	case rdmacm.EventAddrError:
 		if ev.Status == -int(syscall.ENODEV) || ev.Status == -int(syscall.EADDRNOTAVAIL) {
-			return fmt.Errorf("%w: %v", ErrNotRDMAAddress, errno)
+			return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, errno))
 		}
 		return fmt.Errorf("resolving address: %w", errno)
 	case rdmacm.EventRouteError:
@@ -145,7 +145,7 @@ func msUntil(ctx context.Context) int {
 
 func classifyResolve(err error) error {
 	if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EADDRNOTAVAIL) {
-		return fmt.Errorf("%w: %v", ErrNotRDMAAddress, err)
+		return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err))
 	}
 	return err
 }

@@ -180,15 +180,15 @@ var forceReplyBySIDR bool
 func newUDChannel() (*rdmacm.UDChannel, error) {
 	ch, err := rdmacm.NewUDChannel()
 	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, fmt.Errorf("%w (%v)", ErrNoDevice, err)
+		return nil, addHint(fmt.Errorf("%w (%v)", ErrNoDevice, err))
 	}
 	return ch, err
 }
 
 func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if ap.Addr().IsUnspecified() {
-		return nil, fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
-			"(its queue pair lives on one device port)", ErrNotRDMAAddress, ap.Addr())
+		return nil, addHint(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
+			"(its queue pair lives on one device port)", ErrNotRDMAAddress, ap.Addr()))
 	}
 	ch, err := newUDChannel()
 	if err != nil {
@@ -243,7 +243,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 func (p *PacketConn) setupQP(cfg *Config) error {
 	ctx, err := p.id.Context()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNotRDMAAddress, err) // bound, but to no RDMA device
+		return addHint(fmt.Errorf("%w: %v", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
 	}
 	port, err := ctx.QueryPort(p.id.PortNum())
 	if err != nil {

@@ -118,7 +118,9 @@ func printText(w io.Writer, results []Result, code int) {
 			fmt.Fprintf(w, "      %-*s  note: %s\n", width, "", r.Note)
 		}
 		if r.Fix != "" {
-			fmt.Fprintf(w, "      %-*s  fix: %s\n", width, "", r.Fix)
+			// A fix taken from the library's hint may span lines: indent them under the first.
+			fix := strings.ReplaceAll(r.Fix, "\n", "\n"+strings.Repeat(" ", width+13))
+			fmt.Fprintf(w, "      %-*s  fix: %s\n", width, "", fix)
 		}
 		switch r.Status {
 		case Fail:
@@ -142,7 +144,8 @@ func printText(w io.Writer, results []Result, code int) {
 func serveEcho(ctx context.Context, addr string, stdout io.Writer) int {
 	ln, err := rdma.Listen("rdma", addr)
 	if err != nil {
-		fmt.Fprintf(stdout, "FAIL  listen %s: %v\n      fix: %s\n", addr, err, listenFix(err))
+		fix := strings.ReplaceAll(listenFix(err), "\n", "\n           ")
+		fmt.Fprintf(stdout, "FAIL  listen %s: %v\n      fix: %s\n", addr, err, fix)
 		return 1
 	}
 	fmt.Fprintf(stdout, "verbline-doctor: echo listener on %s (stop with Ctrl-C)\n", ln.Addr())
@@ -155,7 +158,7 @@ func serveEcho(ctx context.Context, addr string, stdout io.Writer) int {
 func listenFix(err error) string {
 	switch {
 	case errors.Is(err, rdma.ErrNotRDMAAddress):
-		return "listen on an IP of an RDMA netdev (`rdma link show` lists the netdevs; `ip addr show <netdev>` their IPs)"
+		return libraryHint(err, "listen on an IP of an RDMA netdev (`rdma link show` lists the netdevs; `ip addr show <netdev>` their IPs)")
 	case errors.Is(err, syscall.EADDRINUSE):
 		return "the port is taken: pick another, or 0 for a free one"
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	cerrors "github.com/cockroachdb/errors"
+
 	"github.com/verbline/rdma"
 )
 
@@ -112,9 +114,10 @@ func dialFix(err error, addr string) string {
 	case errors.Is(err, rdma.ErrNoDevice):
 		return "this machine cannot run RDMA: see the devices, rdma_cm and uverbs checks above"
 	case errors.Is(err, rdma.ErrNotRDMAAddress):
-		return "the route to " + addr + " must leave through an RDMA netdev: use the peer's IP on its RDMA netdev (`rdma link show` lists them)"
+		return "the route to " + addr + " must leave through an RDMA netdev: use the peer's IP on its RDMA netdev\n" +
+			libraryHint(err, "(`rdma link show` lists them)")
 	case errors.Is(err, rdma.ErrMemlock):
-		return memlockFix
+		return libraryHint(err, memlockFix)
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens there: start `verbline-doctor -listen " + addr + "` on the peer (or your service)"
 	case errors.Is(err, rdma.ErrHandshake):
@@ -123,6 +126,15 @@ func dialFix(err error, addr string) string {
 		return "no answer in time: check that the peer's address is reachable through the RDMA netdevs on both sides (ping it) and that a listener runs there, or raise -timeout"
 	}
 	return "check the checks above on both machines and the kernel log (dmesg)"
+}
+
+// libraryHint is the hint the library attached to err (what to do on
+// this machine: its RDMA addresses, its memlock limit), or fallback.
+func libraryHint(err error, fallback string) string {
+	if h := cerrors.FlattenHints(err); h != "" {
+		return h
+	}
+	return fallback
 }
 
 func pingFix(err error) string {

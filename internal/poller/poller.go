@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	cerrors "github.com/cockroachdb/errors"
+	uatomic "go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
 	"github.com/verbline/rdma/internal/verbs"
@@ -97,8 +99,8 @@ type Poller struct {
 	reserved int // CQ entries promised to attached connections (g.mu)
 	stop     atomic.Bool
 	done     chan struct{}
-	pinErr   atomic.Pointer[error]
-	failErr  atomic.Pointer[error] // set once by Fail
+	pinErr   uatomic.Error // why pinning failed (set once, by run)
+	failErr  uatomic.Error // why the poller stopped (set once, by Fail)
 
 	owner    atomic.Bool   // held while polling and dispatching
 	inline   []verbs.WC    // the owner's batch when a caller polls
@@ -206,7 +208,9 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return nil, 0, errors.New("poller group closed")
+		// A device's pollers close with its last connection, so no
+		// connection can be attaching: a bug in the device's reference count.
+		return nil, 0, cerrors.AssertionFailedf("attaching a connection to a closed poller group")
 	}
 	if entries > g.cfg.MaxCQE {
 		return nil, 0, fmt.Errorf("a connection needs %d completion queue entries; the device allows %d per CQ "+
@@ -245,7 +249,7 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 // attached to it are failed rather than left waiting for completions.
 func (p *Poller) Fail(err error) {
 	err = fmt.Errorf("completion queue poller failed: %w", err)
-	if !p.failErr.CompareAndSwap(nil, &err) {
+	if !p.failErr.CompareAndSwap(nil, err) {
 		return
 	}
 	if f := p.g.cfg.OnFail; f != nil {
@@ -254,12 +258,7 @@ func (p *Poller) Fail(err error) {
 }
 
 // Err is why the poller failed, or nil.
-func (p *Poller) Err() error {
-	if e := p.failErr.Load(); e != nil {
-		return *e
-	}
-	return nil
-}
+func (p *Poller) Err() error { return p.failErr.Load() }
 
 // Detach removes a handler; completions still queued for it are dropped.
 func (p *Poller) Detach(tok uint32, entries int) {
@@ -291,12 +290,7 @@ func (p *Poller) CPU() int { return p.cpu }
 func (p *Poller) ThreadID() int { return int(p.tid.Load()) }
 
 // PinError reports why pinning failed, if it did.
-func (p *Poller) PinError() error {
-	if e := p.pinErr.Load(); e != nil {
-		return *e
-	}
-	return nil
-}
+func (p *Poller) PinError() error { return p.pinErr.Load() }
 
 // Stats returns the poller's counters.
 func (p *Poller) Stats() Stats {
@@ -392,7 +386,7 @@ func (p *Poller) run(started chan<- struct{}) {
 		set.Set(p.cpu)
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			err = fmt.Errorf("pinning poller to CPU %d: %w", p.cpu, err)
-			p.pinErr.Store(&err)
+			p.pinErr.Store(err)
 			p.cpu = -1
 		}
 	}

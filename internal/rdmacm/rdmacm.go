@@ -115,6 +115,8 @@ import (
 	"syscall"
 	"unsafe"
 
+	cerrors "github.com/cockroachdb/errors"
+	"go.uber.org/atomic"
 	"golang.org/x/sys/unix"
 
 	"github.com/verbline/rdma/internal/verbs"
@@ -168,7 +170,7 @@ type Channel struct {
 	ids    map[*C.struct_rdma_cm_id]*ID
 	events chan Event
 	done   chan struct{}
-	err    error // why delivery stopped other than by Close (set before events is closed)
+	err    atomic.Error // why delivery stopped other than by Close (set before events is closed)
 }
 
 // NewChannel creates an event channel and starts delivering its events.
@@ -206,14 +208,15 @@ func NewChannel() (*Channel, error) {
 func (c *Channel) Events() <-chan Event { return c.events }
 
 // Err is why Events was closed other than by Close: reading the channel
-// failed. Valid once Events is closed; nil after Close.
-func (c *Channel) Err() error { return c.err }
+// failed. It is nil while events are delivered and after Close; set
+// before Events is closed, so a reader that saw Events close sees it.
+func (c *Channel) Err() error { return c.err.Load() }
 
 func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 	defer close(c.events)
 	rc, err := c.file.SyscallConn()
 	if err != nil {
-		c.err = fmt.Errorf("rdma_cm event channel: %w", err)
+		c.err.Store(fmt.Errorf("rdma_cm event channel: %w", err))
 		return
 	}
 	var ev C.goevent
@@ -230,11 +233,11 @@ func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 		default:
 		}
 		if err != nil {
-			c.err = fmt.Errorf("rdma_cm event channel: %w", err)
+			c.err.Store(fmt.Errorf("rdma_cm event channel: %w", err))
 			return
 		}
 		if got < 0 {
-			c.err = fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(-got))
+			c.err.Store(fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(-got)))
 			return
 		}
 		out := Event{
@@ -297,7 +300,9 @@ func (i *ID) do(op string, f func(*C.struct_rdma_cm_id) C.int) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.id == nil {
-		return fmt.Errorf("%s: %w", op, errDestroyed)
+		// The library used an id after destroying it: where it did is
+		// what to fix, so the error carries the stack (%+v prints it).
+		return cerrors.WithStack(fmt.Errorf("%s: %w", op, errDestroyed))
 	}
 	if ret := f(i.id); ret != 0 {
 		return fmt.Errorf("%s: %w", op, syscall.Errno(-ret))
