@@ -98,8 +98,12 @@ func (r *report) context() string {
 	if r.h.procs > 0 {
 		procs = fmt.Sprintf("GOMAXPROCS %d", r.h.procs)
 	}
+	where := r.h.addr
+	if r.h.remote != nil {
+		where = fmt.Sprintf("two hosts: clients on %s, servers on %s", r.h.addr, r.h.remote.peer)
+	}
 	return fmt.Sprintf("%s on %s, %d CPUs, %s; median of %d reps; depth %d; ours: %s, %s",
-		deviceName(), r.h.addr, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin, procs)
+		deviceName(), where, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin, procs)
 }
 
 func fmtVal(m Metric, v float64) string {

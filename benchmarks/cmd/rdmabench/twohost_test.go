@@ -1,0 +1,101 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheckHello(t *testing.T) {
+	h := &harness{addr: "10.0.0.1", depth: 128, procs: 2}
+	mine := h.localHello()
+	if err := checkHello(mine, mine, nil); err != nil {
+		t.Fatalf("identical hellos: %v", err)
+	}
+	other := mine
+	other.Proto++
+	other.Build = "otherrev go1.0"
+	other.Cases = append(append([]string{}, mine.Cases[1:]...), "latency/new-case")
+	other.Depth = 64
+	err := checkHello(other, mine, map[string]bool{"depth": true})
+	if err == nil {
+		t.Fatal("different hellos accepted")
+	}
+	for _, want := range []string{"control protocol: client 2, server 1", `build: client "otherrev go1.0"`,
+		`only the client has ["latency/new-case"]`, `only the server has ["` + mine.Cases[0] + `"]`,
+		"-depth: client 64, server 128", "same commit"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// A depth the server was not given is taken from the client.
+	other = mine
+	other.Depth = 64
+	if err := checkHello(other, mine, map[string]bool{}); err != nil {
+		t.Fatalf("depth not given on the server: %v", err)
+	}
+	other.Cases = append([]string{mine.Cases[1], mine.Cases[0]}, mine.Cases[2:]...)
+	if err := checkHello(other, mine, nil); err == nil || !strings.Contains(err.Error(), "different order") {
+		t.Fatalf("reordered cases: %v", err)
+	}
+}
+
+// TestControlHandshake runs a server's control loop on loopback TCP: a
+// client whose hello matches gets the server's RDMA address and its
+// parameters are adopted; one that differs gets the server's clear error.
+func TestControlHandshake(t *testing.T) {
+	srv := &harness{addr: "10.0.0.2", depth: 128, procs: 2, log: io.Discard, timeout: time.Minute}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.serveControl(ctx, ln, map[string]bool{"gomaxprocs": true}) }()
+
+	cli := &harness{addr: "10.0.0.1", depth: 16, procs: 2, log: io.Discard}
+	r, err := cli.dialControl(ctx, ln.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("matching hello: %v", err)
+	}
+	if r.peer != "10.0.0.2" {
+		t.Fatalf("peer %q, want the server's RDMA address", r.peer)
+	}
+	// An unknown run kind is reported to the client; the session goes on.
+	if _, err := r.start(ctlStart{Kind: "bogus"}); err == nil || !strings.Contains(err.Error(), `unknown run kind "bogus"`) {
+		t.Fatalf("bogus start: %v", err)
+	}
+	if _, err := r.start(ctlStart{Kind: "perftest", Tool: "ib_nothing", Metric: Latency}); err == nil || !strings.Contains(err.Error(), "no perftest baseline") {
+		t.Fatalf("unknown tool: %v", err)
+	}
+	r.ctl.c.Close()
+
+	bad := &harness{addr: "10.0.0.1", depth: 16, procs: 4, log: io.Discard}
+	_, err = bad.dialControl(ctx, ln.Addr().String(), 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "-gomaxprocs: client 4, server 2") {
+		t.Fatalf("differing -gomaxprocs: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if srv.depth != 16 {
+		t.Fatalf("server depth %d, want the client's 16", srv.depth)
+	}
+}
+
+func TestDialControlNoServer(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	h := &harness{log: io.Discard}
+	_, err := h.dialControl(context.Background(), addr, time.Second)
+	if err == nil || !strings.Contains(err.Error(), "rdmabench -listen") {
+		t.Fatalf("got %v", err)
+	}
+}
