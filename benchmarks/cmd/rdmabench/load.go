@@ -1,0 +1,337 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+)
+
+// Request/response workloads over net.Conn (ours or TCP): Conns connections,
+// each with requests of sizes drawn from Req answered by responses of sizes
+// drawn from Resp. A request is an 8-byte header (request and response
+// lengths, big-endian uint32) and the payload, in one Write; the server
+// answers with one Write of the response length.
+//
+// Closed loop (Rate 0): InFlight requests outstanding per connection; a new
+// one is sent as soon as a response arrives. Latency runs from the send.
+//
+// Open loop (Rate > 0): requests are scheduled at Rate per second over all
+// connections (request k at start + k/Rate, connection k mod Conns), sent
+// at their scheduled time or as soon after as the connection lets; latency
+// runs from the scheduled time, so a stall that delays later sends counts
+// in their latency instead of vanishing (coordinated omission).
+type loadSpec struct {
+	Conns, InFlight int
+	Req, Resp       *sizeDist
+	Duration        time.Duration // stop issuing after this (with Count 0)
+	Count           int           // total requests (0: run for Duration)
+	Rate            float64       // open loop: requests per second; 0: closed loop
+	Seed            uint64
+	Progress        func(progressPoint) // called once a second while running (may be nil)
+}
+
+// openLoopMaxInFlight bounds a connection's outstanding requests in open
+// loop, so that a dead server cannot make the client buffer forever.
+const openLoopMaxInFlight = 4096
+
+type progressPoint struct {
+	T        float64 `json:"t_s"`
+	Requests uint64  `json:"requests"`
+	Rate     float64 `json:"req_per_s"`
+	latencySummary
+}
+
+type loadResult struct {
+	Mode       string          `json:"mode"` // "closed" or "open"
+	Conns      int             `json:"conns"`
+	InFlight   int             `json:"in_flight,omitempty"`
+	TargetRate float64         `json:"target_req_per_s,omitempty"`
+	Req        string          `json:"req_sizes"`
+	Resp       string          `json:"resp_sizes"`
+	Requests   uint64          `json:"requests"`
+	Elapsed    float64         `json:"elapsed_s"`
+	Throughput float64         `json:"req_per_s"`
+	MBps       float64         `json:"MBps"` // request and response payload bytes per second, MB = 10^6 B
+	Latency    latencySummary  `json:"latency"`
+	Bins       [][2]float64    `json:"histogram"` // (bucket upper bound µs, count)
+	Progress   []progressPoint `json:"progress"`
+}
+
+// loadRecorder collects latencies from every connection.
+type loadRecorder struct {
+	mu       sync.Mutex
+	all, win *hist
+	n, bytes uint64
+	winN     uint64
+}
+
+func (r *loadRecorder) add(d time.Duration, bytes int) {
+	r.mu.Lock()
+	r.all.record(d)
+	r.win.record(d)
+	r.n++
+	r.winN++
+	r.bytes += uint64(bytes)
+	r.mu.Unlock()
+}
+
+// tick closes the current one-second window.
+func (r *loadRecorder) tick(t float64, span time.Duration) progressPoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := progressPoint{T: t, Requests: r.winN, Rate: float64(r.winN) / span.Seconds(), latencySummary: r.win.summary()}
+	r.win, r.winN = newHist(), 0
+	return p
+}
+
+func (s *loadSpec) check() error {
+	switch {
+	case s.Conns < 1:
+		return errors.New("-load-conns must be at least 1")
+	case s.Rate == 0 && s.InFlight < 1:
+		return errors.New("-load-inflight must be at least 1")
+	case s.Rate < 0:
+		return errors.New("-load-rate must not be negative")
+	case s.Count <= 0 && s.Duration <= 0:
+		return errors.New("give -load-count or -load-duration")
+	case s.Req.maxSize() > 1<<30 || s.Resp.maxSize() > 1<<30:
+		return errors.New("sizes above 1 GiB")
+	}
+	return nil
+}
+
+// runLoad runs the client side: it dials Conns connections and drives them.
+func runLoad(ctx context.Context, dial func(context.Context) (net.Conn, error), s loadSpec) (*loadResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	conns := make([]net.Conn, 0, s.Conns)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < s.Conns; i++ {
+		c, err := dial(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("dial connection %d of %d: %w", i+1, s.Conns, err)
+		}
+		conns = append(conns, c)
+	}
+	rec := &loadRecorder{all: newHist(), win: newHist()}
+	res := &loadResult{Mode: "closed", Conns: s.Conns, InFlight: s.InFlight, Req: s.Req.String(), Resp: s.Resp.String()}
+	if s.Rate > 0 {
+		res.Mode, res.InFlight, res.TargetRate = "open", 0, s.Rate
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	// Progress, once a second.
+	progDone := make(chan struct{})
+	go func() {
+		defer close(progDone)
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		last := start
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-tk.C:
+				p := rec.tick(now.Sub(start).Seconds(), now.Sub(last))
+				last = now
+				res.Progress = append(res.Progress, p)
+				if s.Progress != nil {
+					s.Progress(p)
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make([]error, len(conns))
+	for i, c := range conns {
+		share := 0
+		if s.Count > 0 {
+			share = s.Count / s.Conns
+			if i < s.Count%s.Conns {
+				share++
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := driveConn(ctx, c, i, share, start, s, rec); err != nil {
+				errs[i] = fmt.Errorf("connection %d: %w", i+1, err)
+				cancel()
+				for _, c := range conns {
+					c.Close() // unblock the others
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	cancel()
+	<-progDone
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res.Requests, res.Elapsed = rec.n, el.Seconds()
+	res.Throughput = float64(rec.n) / el.Seconds()
+	res.MBps = float64(rec.bytes) / el.Seconds() / 1e6
+	res.Latency, res.Bins = rec.all.summary(), rec.all.histBins()
+	return res, nil
+}
+
+type pending struct {
+	t    time.Time // send time (closed loop) or scheduled time (open loop)
+	resp int
+	req  int
+}
+
+// driveConn runs connection idx: a writer (this goroutine) and a reader.
+// share is its number of requests (0: until the duration has passed).
+func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time, s loadSpec, rec *loadRecorder) error {
+	depth := s.InFlight
+	if s.Rate > 0 {
+		depth = openLoopMaxInFlight
+	}
+	q := make(chan pending, depth)
+	slots := make(chan struct{}, depth)
+	readErr := make(chan error, 1)
+	readFailed := make(chan struct{})
+	go func() {
+		buf := make([]byte, max(s.Resp.maxSize(), 1))
+		for p := range q {
+			if _, err := io.ReadFull(c, buf[:p.resp]); err != nil {
+				readErr <- fmt.Errorf("read response: %w", err)
+				close(readFailed)
+				for range q { // let the writer finish
+					<-slots
+				}
+				return
+			}
+			rec.add(time.Since(p.t), p.req+p.resp)
+			<-slots
+		}
+		readErr <- nil
+	}()
+	rng := rand.New(rand.NewPCG(s.Seed, uint64(idx)))
+	msg := pattern(8 + s.Req.maxSize())
+	var interval time.Duration
+	if s.Rate > 0 {
+		interval = time.Duration(float64(time.Second) / s.Rate)
+	}
+	end := start.Add(s.Duration)
+	var werr error
+	for i := 0; share == 0 || i < share; i++ {
+		var t time.Time
+		if s.Rate > 0 {
+			// Request k = i*Conns + idx of the whole schedule.
+			t = start.Add(time.Duration(i*s.Conns+idx) * interval)
+			if share == 0 && !t.Before(end) {
+				break
+			}
+			if d := time.Until(t); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+				case <-readFailed:
+				}
+			}
+		} else if share == 0 && !time.Now().Before(end) {
+			break
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		case <-readFailed:
+		}
+		if ctx.Err() != nil || isClosed(readFailed) {
+			break
+		}
+		req, resp := s.Req.next(rng), s.Resp.next(rng)
+		binary.BigEndian.PutUint32(msg[0:4], uint32(req))
+		binary.BigEndian.PutUint32(msg[4:8], uint32(resp))
+		if s.Rate == 0 {
+			t = time.Now()
+		}
+		q <- pending{t: t, resp: resp, req: req}
+		if _, err := c.Write(msg[:8+req]); err != nil {
+			werr = fmt.Errorf("write request %d: %w", i, err)
+			break
+		}
+	}
+	close(q)
+	rerr := <-readErr
+	if werr != nil {
+		return werr
+	}
+	if rerr != nil {
+		return rerr
+	}
+	return ctx.Err()
+}
+
+// serveLoad answers requests on c until the client closes it.
+func serveLoad(c net.Conn) error {
+	var hdr [8]byte
+	var buf, resp []byte
+	for {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("read request header: %w", err)
+		}
+		req, rl := binary.BigEndian.Uint32(hdr[0:4]), binary.BigEndian.Uint32(hdr[4:8])
+		if req > 1<<30 || rl > 1<<30 {
+			return fmt.Errorf("request of %d bytes asks for %d: not an rdmabench load client", req, rl)
+		}
+		if cap(buf) < int(req) {
+			buf = make([]byte, req)
+		}
+		if _, err := io.ReadFull(c, buf[:req]); err != nil {
+			return fmt.Errorf("read request: %w", err)
+		}
+		if cap(resp) < int(rl) {
+			resp = pattern(int(rl))
+		}
+		if _, err := c.Write(resp[:rl]); err != nil {
+			return fmt.Errorf("write response: %w", err)
+		}
+	}
+}
+
+// serveLoadListener serves every connection ln accepts until it is closed.
+func serveLoadListener(ln net.Listener, logf func(string, ...any)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			if err := serveLoad(c); err != nil && logf != nil {
+				logf("load server: %v", err)
+			}
+		}()
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
