@@ -25,7 +25,9 @@ const histSubBits = 8
 
 const histHalf = 1 << (histSubBits - 1)
 
-func newHist() *hist { return &hist{counts: make([]uint64, (64-histSubBits+2)*histHalf), min: math.MaxUint64} }
+func newHist() *hist {
+	return &hist{counts: make([]uint64, (64-histSubBits+2)*histHalf), min: math.MaxUint64}
+}
 
 // histBucket is v's bucket: values below 2^histSubBits are exact; above,
 // the top histSubBits bits of v select the bucket within its power of two.

@@ -75,6 +75,7 @@ func main() {
 		listCases = flag.Bool("list", false, "list our cases and the baselines, then exit")
 		verbose   = flag.Bool("v", false, "log the phases of every run (server ready, client done, ...)")
 	)
+	lf := addLoadFlags()
 	flag.Usage = usage
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -165,6 +166,9 @@ func main() {
 		}
 		h.remote = r
 		h.logf("rdmabench: two hosts: clients here (%s, %s), servers on %s (control %s)", h.addr, hostname(), r.peer, *connect)
+	}
+	if *lf.enabled {
+		os.Exit(h.loadMain(lf, *jsonPath))
 	}
 	plan := h.plan(cre, bre)
 	if len(plan) == 0 {

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -257,6 +258,9 @@ func (h *harness) serveSession(ctx context.Context, c *ctlConn, given map[string
 // ends the session (the control connection broke); a failed run is reported
 // to the client instead.
 func (h *harness) serveRun(ctx context.Context, c *ctlConn, st ctlStart) error {
+	if st.Kind == "load" {
+		return h.serveLoadRun(c, st)
+	}
 	srv, ready, grace, err := h.startServerSide(ctx, st)
 	if err != nil {
 		done := ctlReady{Error: err.Error()}
@@ -624,4 +628,32 @@ func (h *harness) serverMain(listen string) int {
 		return 1
 	}
 	return 0
+}
+
+// serveLoadRun serves a -load run in this process: a listener whose
+// connections are served until the client's finish.
+func (h *harness) serveLoadRun(c *ctlConn, st ctlStart) error {
+	ln, err := listenLoad(st.Network, h.addr, rdmaConfig(h.depth, h.spin))
+	if err != nil {
+		return c.send(ctlReady{Error: fmt.Sprintf("load server: %v", err)})
+	}
+	defer ln.Close()
+	var errs []string
+	var mu sync.Mutex
+	go serveLoadListener(ln, func(format string, a ...any) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	})
+	h.logf("rdmabench server: load (%s) on %s", st.Network, ln.Addr())
+	if err := c.send(ctlReady{Ready: ln.Addr().String()}); err != nil {
+		return err
+	}
+	var fin ctlFinish
+	if err := c.recv(&fin, 0); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return c.send(ctlDone{Cmd: "load server on " + ln.Addr().String(), Err: strings.Join(errs, "; ")})
 }

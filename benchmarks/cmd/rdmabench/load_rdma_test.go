@@ -1,0 +1,54 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+)
+
+// TestLoadRDMA runs a short workload of each kind over our Conn, server and
+// client in this process: closed loop with several connections and requests
+// in flight and drawn sizes (some above the 32 KiB receive buffers, so
+// rendezvous), a duration-bounded run with progress, and an open loop.
+func TestLoadRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	cfg := rdmaConfig(16, 0)
+	ln, err := listenLoad("rdma", env.Addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go serveLoadListener(ln, t.Logf)
+	dial := loadDialer("rdma", ln.Addr().String(), cfg)
+	for _, c := range []struct {
+		name string
+		spec loadSpec
+	}{
+		{"closed-count", loadSpec{Conns: 2, InFlight: 4, Count: 200, Req: mustDist(t, "uniform:1-2000"), Resp: mustDist(t, "list:8,64,40000")}},
+		{"closed-duration", loadSpec{Conns: 1, InFlight: 2, Duration: 1500 * time.Millisecond, Req: mustDist(t, "64"), Resp: mustDist(t, "64")}},
+		{"open-rate", loadSpec{Conns: 2, Rate: 100, Count: 100, Req: mustDist(t, "64"), Resp: mustDist(t, "4096")}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(2*time.Minute))
+			defer cancel()
+			res, err := runLoad(ctx, dial, c.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d requests, %.0f req/s, %.2f MB/s, %s", c.name, res.Requests, res.Throughput, res.MBps, res.Latency)
+			if c.spec.Count > 0 && res.Requests != uint64(c.spec.Count) {
+				t.Fatalf("%d requests, want %d", res.Requests, c.spec.Count)
+			}
+			if res.Requests == 0 || res.Latency.Count != res.Requests || !(res.Latency.P50 > 0) || res.Latency.Max < res.Latency.P99 {
+				t.Fatalf("result %+v", res)
+			}
+			if c.spec.Duration > 0 && len(res.Progress) == 0 {
+				t.Fatalf("no progress points in %.1f s", res.Elapsed)
+			}
+		})
+	}
+}
