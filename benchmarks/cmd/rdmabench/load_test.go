@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/xml"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -264,5 +265,35 @@ func TestLoadServerGone(t *testing.T) {
 	}
 	if _, err := runLoad(context.Background(), dial, loadSpec{Conns: 1, Req: mustDist(t, "64"), Resp: mustDist(t, "64")}); err == nil {
 		t.Fatal("no count, duration or in-flight accepted")
+	}
+}
+
+func TestLoadSVG(t *testing.T) {
+	res, err := runLoad(context.Background(), loopbackLoad(t, nil), loadSpec{Conns: 1, InFlight: 2, Duration: 2100 * time.Millisecond,
+		Req: mustDist(t, "64"), Resp: mustDist(t, "uniform:1-5000")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := loadSVG(res, "test <&>")
+	var doc struct {
+		Polylines []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+		Rects []struct{} `xml:"rect"`
+	}
+	if err := xml.Unmarshal([]byte(s), &doc); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	if len(doc.Polylines) != 3 {
+		t.Fatalf("%d lines, want p50, p99, max", len(doc.Polylines))
+	}
+	for _, p := range doc.Polylines {
+		if n := len(strings.Fields(p.Points)); n != len(res.Progress) {
+			t.Fatalf("line with %d points for %d seconds", n, len(res.Progress))
+		}
+	}
+	// Background, 3 legend squares, one bar per non-empty bucket.
+	if want := 1 + 3 + len(res.Bins); len(doc.Rects) != want {
+		t.Fatalf("%d rects, want %d", len(doc.Rects), want)
 	}
 }

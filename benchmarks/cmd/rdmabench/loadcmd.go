@@ -88,7 +88,7 @@ func loadDialer(network, addr string, cfg rdma.Config) func(context.Context) (ne
 }
 
 // loadMain runs -load and returns the exit status.
-func (h *harness) loadMain(f *loadFlags, jsonPath string) int {
+func (h *harness) loadMain(f *loadFlags, jsonPath, svgPath string) int {
 	s, err := f.spec(h.log)
 	if err != nil {
 		fatalf("%v", err)
@@ -134,6 +134,14 @@ func (h *harness) loadMain(f *loadFlags, jsonPath string) int {
 			return 2
 		}
 		h.logf("wrote %s", jsonPath)
+	}
+	if svgPath != "" {
+		title := fmt.Sprintf("%s, %s loop, %d conns, requests %s, responses %s", *f.net, res.Mode, res.Conns, res.Req, res.Resp)
+		if err := writeLoadSVG(svgPath, res, title); err != nil {
+			h.logf("rdmabench: %v", err)
+			return 2
+		}
+		h.logf("wrote %s", svgPath)
 	}
 	return 0
 }

@@ -168,7 +168,7 @@ func main() {
 		h.logf("rdmabench: two hosts: clients here (%s, %s), servers on %s (control %s)", h.addr, hostname(), r.peer, *connect)
 	}
 	if *lf.enabled {
-		os.Exit(h.loadMain(lf, *jsonPath))
+		os.Exit(h.loadMain(lf, *jsonPath, *svgPath))
 	}
 	plan := h.plan(cre, bre)
 	if len(plan) == 0 {
