@@ -211,7 +211,8 @@ func (h *harness) serveControl(ctx context.Context, ln net.Listener, given map[s
 			}
 			return err
 		}
-		if err := h.serveSession(ctx, newCtlConn(c), given); err != nil && !errors.Is(err, io.EOF) {
+		// A session ends with an error, io.EOF when the client hangs up.
+		if err := h.serveSession(ctx, newCtlConn(c), given); !errors.Is(err, io.EOF) {
 			h.logf("rdmabench server: session from %s: %v", c.RemoteAddr(), err)
 		} else {
 			h.logf("rdmabench server: session from %s ended", c.RemoteAddr())
