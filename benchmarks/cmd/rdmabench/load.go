@@ -12,6 +12,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/verbline/rdma"
 )
 
 // Request/response workloads over net.Conn (ours or TCP): Conns connections,
@@ -35,6 +37,7 @@ type loadSpec struct {
 	Count           int           // total requests (0: run for Duration)
 	Rate            float64       // open loop: requests per second; 0: closed loop
 	Seed            uint64
+	View            string              // "conn" (Write and Read, the default) or "msg" (the message view: Alloc/Send, Recv/Release; our Conn only)
 	Progress        func(progressPoint) // called once a second while running (may be nil)
 }
 
@@ -104,6 +107,8 @@ func (s *loadSpec) check() error {
 		return errors.New("give -load-count or -load-duration")
 	case s.Req.maxSize() > 1<<30 || s.Resp.maxSize() > 1<<30:
 		return errors.New("sizes above 1 GiB")
+	case s.View != "" && s.View != "conn" && s.View != "msg":
+		return fmt.Errorf("-load-view %q: conn or msg", s.View)
 	}
 	return nil
 }
@@ -208,10 +213,24 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 	slots := make(chan struct{}, depth)
 	readErr := make(chan error, 1)
 	readFailed := make(chan struct{})
+	buf := make([]byte, max(s.Resp.maxSize(), 1))
+	recv := func(n int) error { _, err := io.ReadFull(c, buf[:n]); return err }
+	if rc, ok := c.(*rdma.Conn); ok && s.View == "msg" {
+		recv = func(n int) error {
+			m, err := rc.Recv(ctx)
+			if err != nil {
+				return err
+			}
+			defer m.Release()
+			if m.Len() != n {
+				return fmt.Errorf("response of %d bytes, want %d", m.Len(), n)
+			}
+			return nil
+		}
+	}
 	go func() {
-		buf := make([]byte, max(s.Resp.maxSize(), 1))
 		for p := range q {
-			if _, err := io.ReadFull(c, buf[:p.resp]); err != nil {
+			if err := recv(p.resp); err != nil {
 				readErr <- fmt.Errorf("read response: %w", err)
 				close(readFailed)
 				for range q { // let the writer finish
@@ -226,6 +245,21 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 	}()
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(idx)))
 	msg := pattern(8 + s.Req.maxSize())
+	send := func(b []byte) error { _, err := c.Write(b); return err }
+	if s.View == "msg" {
+		rc, ok := c.(*rdma.Conn)
+		if !ok {
+			return errors.New("the message view needs our Conn (-load-net rdma)")
+		}
+		send = func(b []byte) error {
+			m, err := rc.Alloc(len(b))
+			if err != nil {
+				return err
+			}
+			copy(m.Bytes(), b)
+			return rc.Send(ctx, m)
+		}
+	}
 	var interval time.Duration
 	if s.Rate > 0 {
 		interval = time.Duration(float64(time.Second) / s.Rate)
@@ -265,7 +299,7 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 			t = time.Now()
 		}
 		q <- pending{t: t, resp: resp, req: req}
-		if _, err := c.Write(msg[:8+req]); err != nil {
+		if err := send(msg[:8+req]); err != nil {
 			werr = fmt.Errorf("write request %d: %w", i, err)
 			break
 		}
@@ -311,8 +345,41 @@ func serveLoad(c net.Conn) error {
 	}
 }
 
-// serveLoadListener serves every connection ln accepts until it is closed.
-func serveLoadListener(ln net.Listener, logf func(string, ...any)) {
+// serveLoadMsg is serveLoad over the message view: each request is one
+// message, answered by one message.
+func serveLoadMsg(c *rdma.Conn) error {
+	ctx := context.Background()
+	for {
+		m, err := c.Recv(ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("recv request: %w", err)
+		}
+		b := m.Bytes()
+		if len(b) < 8 {
+			m.Release()
+			return fmt.Errorf("request of %d bytes: no header", len(b))
+		}
+		req, rl := binary.BigEndian.Uint32(b[0:4]), binary.BigEndian.Uint32(b[4:8])
+		m.Release()
+		if int(req) != len(b)-8 || rl > 1<<30 {
+			return fmt.Errorf("request of %d bytes says %d and asks for %d: not an rdmabench load client", len(b), req, rl)
+		}
+		r, err := c.Alloc(int(rl))
+		if err != nil {
+			return err
+		}
+		if err := c.Send(ctx, r); err != nil {
+			return fmt.Errorf("send response: %w", err)
+		}
+	}
+}
+
+// serveLoadListener serves every connection ln accepts until it is closed,
+// over view ("msg": the message view, else Read and Write).
+func serveLoadListener(ln net.Listener, view string, logf func(string, ...any)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -320,7 +387,11 @@ func serveLoadListener(ln net.Listener, logf func(string, ...any)) {
 		}
 		go func() {
 			defer c.Close()
-			if err := serveLoad(c); err != nil && logf != nil {
+			serve := serveLoad
+			if rc, ok := c.(*rdma.Conn); ok && view == "msg" {
+				serve = func(net.Conn) error { return serveLoadMsg(rc) }
+			}
+			if err := serve(c); err != nil && logf != nil {
 				logf("load server: %v", err)
 			}
 		}()

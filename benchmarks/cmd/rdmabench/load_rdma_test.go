@@ -22,20 +22,34 @@ func TestLoadRDMA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go serveLoadListener(ln, t.Logf)
+	go serveLoadListener(ln, "conn", t.Logf)
+	lnMsg, err := listenLoad("rdma", env.Addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lnMsg.Close()
+	go serveLoadListener(lnMsg, "msg", t.Logf)
 	dial := loadDialer("rdma", ln.Addr().String(), cfg)
+	dialMsg := loadDialer("rdma", lnMsg.Addr().String(), cfg)
 	for _, c := range []struct {
 		name string
 		spec loadSpec
+		msg  bool
 	}{
-		{"closed-count", loadSpec{Conns: 2, InFlight: 4, Count: 200, Req: mustDist(t, "uniform:1-2000"), Resp: mustDist(t, "list:8,64,40000")}},
-		{"closed-duration", loadSpec{Conns: 1, InFlight: 2, Duration: 1500 * time.Millisecond, Req: mustDist(t, "64"), Resp: mustDist(t, "64")}},
-		{"open-rate", loadSpec{Conns: 2, Rate: 100, Count: 100, Req: mustDist(t, "64"), Resp: mustDist(t, "4096")}},
+		{"closed-count", loadSpec{Conns: 2, InFlight: 4, Count: 200, Req: mustDist(t, "uniform:1-2000"), Resp: mustDist(t, "list:8,64,40000")}, false},
+		{"closed-duration", loadSpec{Conns: 1, InFlight: 2, Duration: 1500 * time.Millisecond, Req: mustDist(t, "64"), Resp: mustDist(t, "64")}, false},
+		{"open-rate", loadSpec{Conns: 2, Rate: 100, Count: 100, Req: mustDist(t, "64"), Resp: mustDist(t, "4096")}, false},
+		{"msg-closed-count", loadSpec{Conns: 2, InFlight: 4, Count: 200, View: "msg", Req: mustDist(t, "uniform:1-2000"), Resp: mustDist(t, "list:8,64,40000")}, true},
+		{"msg-open-rate", loadSpec{Conns: 1, Rate: 100, Count: 100, View: "msg", Req: mustDist(t, "64"), Resp: mustDist(t, "64")}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(2*time.Minute))
 			defer cancel()
-			res, err := runLoad(ctx, dial, c.spec)
+			d := dial
+			if c.msg {
+				d = dialMsg
+			}
+			res, err := runLoad(ctx, d, c.spec)
 			if err != nil {
 				t.Fatal(err)
 			}

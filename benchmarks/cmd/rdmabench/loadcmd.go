@@ -21,7 +21,7 @@ import (
 // -connect it runs on the server host (twohost.go, run kind "load").
 
 type loadFlags struct {
-	net                  *string
+	net, view            *string
 	conns, inflight      *int
 	req, resp            *string
 	duration             *time.Duration
@@ -35,6 +35,7 @@ func addLoadFlags() *loadFlags {
 	return &loadFlags{
 		enabled:     flag.Bool("load", false, "run one request/response workload (the -load-* flags) instead of the comparison"),
 		net:         flag.String("load-net", "rdma", "-load: rdma (our Conn) or tcp"),
+		view:        flag.String("load-view", "conn", "-load over rdma: conn (Write/Read) or msg (the message view: Alloc/Send, Recv/Release)"),
 		conns:       flag.Int("load-conns", 1, "-load: connections"),
 		inflight:    flag.Int("load-inflight", 1, "-load: requests in flight per connection (closed loop)"),
 		req:         flag.String("load-req", "64", "-load: request sizes: N, uniform:MIN-MAX, list:A,B,..., file:PATH (lines \"size weight\")"),
@@ -56,7 +57,7 @@ func (f *loadFlags) spec(log io.Writer) (loadSpec, error) {
 	if err != nil {
 		return loadSpec{}, fmt.Errorf("-load-resp: %w", err)
 	}
-	s := loadSpec{Conns: *f.conns, InFlight: *f.inflight, Req: req, Resp: resp, Count: *f.count, Rate: *f.rate, Seed: *f.seed}
+	s := loadSpec{Conns: *f.conns, InFlight: *f.inflight, Req: req, Resp: resp, Count: *f.count, Rate: *f.rate, Seed: *f.seed, View: *f.view}
 	if s.Count == 0 {
 		s.Duration = *f.duration
 	}
@@ -67,6 +68,9 @@ func (f *loadFlags) spec(log io.Writer) (loadSpec, error) {
 	}
 	if *f.net != "rdma" && *f.net != "tcp" {
 		return s, fmt.Errorf("-load-net %q: rdma or tcp", *f.net)
+	}
+	if *f.net == "tcp" && s.View == "msg" {
+		return s, fmt.Errorf("-load-view msg needs -load-net rdma")
 	}
 	return s, s.check()
 }
@@ -96,7 +100,7 @@ func (h *harness) loadMain(f *loadFlags, jsonPath, svgPath string) int {
 	cfg := rdmaConfig(h.depth, h.spin)
 	var target string
 	if h.remote != nil {
-		target, err = h.remote.start(ctlStart{Kind: "load", Network: *f.net})
+		target, err = h.remote.start(ctlStart{Kind: "load", Network: *f.net, Case: s.View})
 		if err != nil {
 			fatalf("%v", err)
 		}
@@ -106,11 +110,11 @@ func (h *harness) loadMain(f *loadFlags, jsonPath, svgPath string) int {
 			fatalf("load server: %v", err)
 		}
 		defer ln.Close()
-		go serveLoadListener(ln, h.logf)
+		go serveLoadListener(ln, s.View, h.logf)
 		target = ln.Addr().String()
 	}
-	h.logf("rdmabench -load: %s to %s, %d conns, %s, requests %s, responses %s", *f.net, target, s.Conns,
-		map[bool]string{true: fmt.Sprintf("open loop at %.0f req/s", s.Rate), false: fmt.Sprintf("closed loop, %d in flight each", s.InFlight)}[s.Rate > 0],
+	h.logf("rdmabench -load: %s (%s view) to %s, %d conns, %s, requests %s, responses %s", *f.net, target, s.Conns,
+		*f.view, map[bool]string{true: fmt.Sprintf("open loop at %.0f req/s", s.Rate), false: fmt.Sprintf("closed loop, %d in flight each", s.InFlight)}[s.Rate > 0],
 		s.Req, s.Resp)
 	res, err := runLoad(context.Background(), loadDialer(*f.net, target, cfg), s)
 	if h.remote != nil {
@@ -122,13 +126,14 @@ func (h *harness) loadMain(f *loadFlags, jsonPath, svgPath string) int {
 		h.logf("rdmabench -load: %v", err)
 		return 1
 	}
-	fmt.Printf("%s %s: %d requests in %.2f s: %.0f req/s, %.2f MB/s; latency (request to response) %s, mean %.1f µs\n",
-		*f.net, res.Mode, res.Requests, res.Elapsed, res.Throughput, res.MBps, res.Latency, res.Latency.Mean)
+	fmt.Printf("%s %s view, %s loop: %d requests in %.2f s: %.0f req/s, %.2f MB/s; latency (request to response) %s, mean %.1f µs\n",
+		*f.net, *f.view, res.Mode, res.Requests, res.Elapsed, res.Throughput, res.MBps, res.Latency, res.Latency.Mean)
 	if jsonPath != "" {
 		b, _ := json.MarshalIndent(struct {
 			Network string `json:"network"`
+			View    string `json:"view"`
 			*loadResult
-		}{*f.net, res}, "", "  ")
+		}{*f.net, *f.view, res}, "", "  ")
 		if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
 			h.logf("rdmabench: %v", err)
 			return 2
@@ -136,7 +141,7 @@ func (h *harness) loadMain(f *loadFlags, jsonPath, svgPath string) int {
 		h.logf("wrote %s", jsonPath)
 	}
 	if svgPath != "" {
-		title := fmt.Sprintf("%s, %s loop, %d conns, requests %s, responses %s", *f.net, res.Mode, res.Conns, res.Req, res.Resp)
+		title := fmt.Sprintf("%s %s view, %s loop, %d conns, requests %s, responses %s", *f.net, *f.view, res.Mode, res.Conns, res.Req, res.Resp)
 		if err := writeLoadSVG(svgPath, res, title); err != nil {
 			h.logf("rdmabench: %v", err)
 			return 2

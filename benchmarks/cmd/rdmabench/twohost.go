@@ -641,7 +641,7 @@ func (h *harness) serveLoadRun(c *ctlConn, st ctlStart) error {
 	defer ln.Close()
 	var errs []string
 	var mu sync.Mutex
-	go serveLoadListener(ln, func(format string, a ...any) {
+	go serveLoadListener(ln, st.Case, func(format string, a ...any) {
 		mu.Lock()
 		errs = append(errs, fmt.Sprintf(format, a...))
 		mu.Unlock()
