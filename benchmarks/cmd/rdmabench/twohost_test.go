@@ -99,3 +99,17 @@ func TestDialControlNoServer(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestListensOn(t *testing.T) {
+	out := "link rxe0/- cm-idn 0 state LISTEN ps TCP pid 42 comm rdmabench src-addr 169.254.78.2:35945\n" +
+		"link rxe0/- cm-idn 1 state LISTEN ps TCP pid 77 comm ib_send_lat src-addr 0.0.0.0:40000\n"
+	if listensOn(out, 35945, 42) {
+		t.Error("our own probe listener counted as perftest's")
+	}
+	if !listensOn(out, 35945, 1) || !listensOn(out, 40000, 42) {
+		t.Error("perftest's listener not found")
+	}
+	if listensOn(out, 4000, 1) || listensOn("", 40000, 1) {
+		t.Error("a port prefix or nothing counted")
+	}
+}
