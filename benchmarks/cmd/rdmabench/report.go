@@ -192,6 +192,9 @@ func (r *report) printTable(w io.Writer) {
 		tw.Flush()
 		r.printCounters(w, mp)
 	}
+	if r.h.remote != nil || r.h.reps > 1 && r.h.verbose {
+		r.printSpread(w)
+	}
 	for _, n := range r.warnings() {
 		fmt.Fprintf(w, "\nWARNING: %s\n", n)
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -111,5 +112,37 @@ func TestListensOn(t *testing.T) {
 	}
 	if listensOn(out, 4000, 1) || listensOn("", 40000, 1) {
 		t.Error("a port prefix or nothing counted")
+	}
+}
+
+func TestReportSpread(t *testing.T) {
+	r := fakeReport(t)
+	var b strings.Builder
+	r.printTable(&b)
+	if strings.Contains(b.String(), "Repetitions (in run order)") {
+		t.Fatal("spread printed on one host without -v")
+	}
+	r.h.remote = &remote{peer: "10.0.0.2"}
+	b.Reset()
+	r.printTable(&b)
+	out := b.String()
+	if !strings.Contains(out, "Repetitions (in run order) and spread = max/min") || !strings.Contains(out, "two hosts: clients on") {
+		t.Fatalf("two-host table:\n%s", out)
+	}
+	// Every cell with repetitions has its line, with its values and spread.
+	for k, a := range r.agg {
+		if len(a.Reps) < 2 {
+			continue
+		}
+		lo, hi := a.Reps[0], a.Reps[0]
+		for _, v := range a.Reps {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		if want := fmtVal(k.Metric, a.Reps[0]); !strings.Contains(out, want) {
+			t.Errorf("%v: repetition %s missing", k, want)
+		}
+		if want := fmt.Sprintf("%.2fx", hi/lo); !strings.Contains(out, want) {
+			t.Errorf("%v: spread %s missing", k, want)
+		}
 	}
 }
