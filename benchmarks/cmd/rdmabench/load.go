@@ -107,8 +107,8 @@ func (s *loadSpec) check() error {
 		return errors.New("give -load-count or -load-duration")
 	case s.Req.maxSize() > 1<<30 || s.Resp.maxSize() > 1<<30:
 		return errors.New("sizes above 1 GiB")
-	case s.View != "" && s.View != "conn" && s.View != "msg":
-		return fmt.Errorf("-load-view %q: conn or msg", s.View)
+	case s.View != "" && s.View != "conn" && s.View != "msg" && s.View != "write":
+		return fmt.Errorf("-load-view %q: conn, msg or write", s.View)
 	}
 	return nil
 }
@@ -209,14 +209,25 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 	if s.Rate > 0 {
 		depth = openLoopMaxInFlight
 	}
-	q := make(chan pending, depth)
-	slots := make(chan struct{}, depth)
-	readErr := make(chan error, 1)
-	readFailed := make(chan struct{})
+	// How a request is sent and its response received, by view.
 	buf := make([]byte, max(s.Resp.maxSize(), 1))
-	recv := func(n int) error { _, err := io.ReadFull(c, buf[:n]); return err }
-	if rc, ok := c.(*rdma.Conn); ok && s.View == "msg" {
-		recv = func(n int) error {
+	send := func(_ int, b []byte) error { _, err := c.Write(b); return err }
+	recv := func(_, n int) error { _, err := io.ReadFull(c, buf[:n]); return err }
+	rc, ours := c.(*rdma.Conn)
+	if !ours && (s.View == "msg" || s.View == "write") {
+		return fmt.Errorf("-load-view %s needs our Conn (-load-net rdma)", s.View)
+	}
+	switch s.View {
+	case "msg":
+		send = func(_ int, b []byte) error {
+			m, err := rc.Alloc(len(b))
+			if err != nil {
+				return err
+			}
+			copy(m.Bytes(), b)
+			return rc.Send(ctx, m)
+		}
+		recv = func(_, n int) error {
 			m, err := rc.Recv(ctx)
 			if err != nil {
 				return err
@@ -227,10 +238,26 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 			}
 			return nil
 		}
+	case "write":
+		if s.Rate > 0 {
+			depth = writeSlotsOpenLoop
+		}
+		w, err := newWriteClient(rc, depth, s.Req.maxSize(), s.Resp.maxSize())
+		if err != nil {
+			return err
+		}
+		defer w.close()
+		send = func(i int, b []byte) error { return w.send(ctx, i, b) }
+		recv = func(i, _ int) error { return w.recv(ctx, i) }
 	}
+	q := make(chan pending, depth)
+	slots := make(chan struct{}, depth)
+	readErr := make(chan error, 1)
+	readFailed := make(chan struct{})
 	go func() {
+		k := 0
 		for p := range q {
-			if err := recv(p.resp); err != nil {
+			if err := recv(k, p.resp); err != nil {
 				readErr <- fmt.Errorf("read response: %w", err)
 				close(readFailed)
 				for range q { // let the writer finish
@@ -238,6 +265,7 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 				}
 				return
 			}
+			k++
 			rec.add(time.Since(p.t), p.req+p.resp)
 			<-slots
 		}
@@ -245,21 +273,6 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 	}()
 	rng := rand.New(rand.NewPCG(s.Seed, uint64(idx)))
 	msg := pattern(8 + s.Req.maxSize())
-	send := func(b []byte) error { _, err := c.Write(b); return err }
-	if s.View == "msg" {
-		rc, ok := c.(*rdma.Conn)
-		if !ok {
-			return errors.New("the message view needs our Conn (-load-net rdma)")
-		}
-		send = func(b []byte) error {
-			m, err := rc.Alloc(len(b))
-			if err != nil {
-				return err
-			}
-			copy(m.Bytes(), b)
-			return rc.Send(ctx, m)
-		}
-	}
 	var interval time.Duration
 	if s.Rate > 0 {
 		interval = time.Duration(float64(time.Second) / s.Rate)
@@ -299,7 +312,7 @@ func driveConn(ctx context.Context, c net.Conn, idx, share int, start time.Time,
 			t = time.Now()
 		}
 		q <- pending{t: t, resp: resp, req: req}
-		if err := send(msg[:8+req]); err != nil {
+		if err := send(i, msg[:8+req]); err != nil {
 			werr = fmt.Errorf("write request %d: %w", i, err)
 			break
 		}
@@ -390,6 +403,8 @@ func serveLoadListener(ln net.Listener, view string, logf func(string, ...any)) 
 			serve := serveLoad
 			if rc, ok := c.(*rdma.Conn); ok && view == "msg" {
 				serve = func(net.Conn) error { return serveLoadMsg(rc) }
+			} else if ok && view == "write" {
+				serve = func(net.Conn) error { return serveLoadWrite(rc) }
 			}
 			if err := serve(c); err != nil && logf != nil {
 				logf("load server: %v", err)

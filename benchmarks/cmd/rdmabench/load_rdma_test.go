@@ -29,6 +29,13 @@ func TestLoadRDMA(t *testing.T) {
 	}
 	defer lnMsg.Close()
 	go serveLoadListener(lnMsg, "msg", t.Logf)
+	lnWrite, err := listenLoad("rdma", env.Addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lnWrite.Close()
+	go serveLoadListener(lnWrite, "write", t.Logf)
+	dialWrite := loadDialer("rdma", lnWrite.Addr().String(), cfg)
 	dial := loadDialer("rdma", ln.Addr().String(), cfg)
 	dialMsg := loadDialer("rdma", lnMsg.Addr().String(), cfg)
 	for _, c := range []struct {
@@ -36,6 +43,8 @@ func TestLoadRDMA(t *testing.T) {
 		spec loadSpec
 		msg  bool
 	}{
+		{"write-closed-count", loadSpec{Conns: 2, InFlight: 4, Count: 200, View: "write", Req: mustDist(t, "uniform:1-2000"), Resp: mustDist(t, "list:8,64,40000")}, false},
+		{"write-open-rate", loadSpec{Conns: 1, Rate: 100, Count: 100, View: "write", Req: mustDist(t, "64"), Resp: mustDist(t, "64")}, false},
 		{"closed-count", loadSpec{Conns: 2, InFlight: 4, Count: 200, Req: mustDist(t, "uniform:1-2000"), Resp: mustDist(t, "list:8,64,40000")}, false},
 		{"closed-duration", loadSpec{Conns: 1, InFlight: 2, Duration: 1500 * time.Millisecond, Req: mustDist(t, "64"), Resp: mustDist(t, "64")}, false},
 		{"open-rate", loadSpec{Conns: 2, Rate: 100, Count: 100, Req: mustDist(t, "64"), Resp: mustDist(t, "4096")}, false},
@@ -48,6 +57,9 @@ func TestLoadRDMA(t *testing.T) {
 			d := dial
 			if c.msg {
 				d = dialMsg
+			}
+			if c.spec.View == "write" {
+				d = dialWrite
 			}
 			res, err := runLoad(ctx, d, c.spec)
 			if err != nil {

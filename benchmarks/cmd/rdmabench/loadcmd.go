@@ -35,7 +35,7 @@ func addLoadFlags() *loadFlags {
 	return &loadFlags{
 		enabled:     flag.Bool("load", false, "run one request/response workload (the -load-* flags) instead of the comparison"),
 		net:         flag.String("load-net", "rdma", "-load: rdma (our Conn) or tcp"),
-		view:        flag.String("load-view", "conn", "-load over rdma: conn (Write/Read) or msg (the message view: Alloc/Send, Recv/Release)"),
+		view:        flag.String("load-view", "conn", "-load over rdma: conn (Write/Read), msg (the message view: Alloc/Send, Recv/Release) or write (one-sided writes with immediate into exported slots)"),
 		conns:       flag.Int("load-conns", 1, "-load: connections"),
 		inflight:    flag.Int("load-inflight", 1, "-load: requests in flight per connection (closed loop)"),
 		req:         flag.String("load-req", "64", "-load: request sizes: N, uniform:MIN-MAX, list:A,B,..., file:PATH (lines \"size weight\")"),
@@ -69,8 +69,8 @@ func (f *loadFlags) spec(log io.Writer) (loadSpec, error) {
 	if *f.net != "rdma" && *f.net != "tcp" {
 		return s, fmt.Errorf("-load-net %q: rdma or tcp", *f.net)
 	}
-	if *f.net == "tcp" && s.View == "msg" {
-		return s, fmt.Errorf("-load-view msg needs -load-net rdma")
+	if *f.net == "tcp" && s.View != "conn" {
+		return s, fmt.Errorf("-load-view %s needs -load-net rdma", s.View)
 	}
 	return s, s.check()
 }
@@ -113,8 +113,8 @@ func (h *harness) loadMain(f *loadFlags, jsonPath, svgPath string) int {
 		go serveLoadListener(ln, s.View, h.logf)
 		target = ln.Addr().String()
 	}
-	h.logf("rdmabench -load: %s (%s view) to %s, %d conns, %s, requests %s, responses %s", *f.net, target, s.Conns,
-		*f.view, map[bool]string{true: fmt.Sprintf("open loop at %.0f req/s", s.Rate), false: fmt.Sprintf("closed loop, %d in flight each", s.InFlight)}[s.Rate > 0],
+	h.logf("rdmabench -load: %s (%s view) to %s, %d conns, %s, requests %s, responses %s", *f.net, *f.view, target, s.Conns,
+		map[bool]string{true: fmt.Sprintf("open loop at %.0f req/s", s.Rate), false: fmt.Sprintf("closed loop, %d in flight each", s.InFlight)}[s.Rate > 0],
 		s.Req, s.Resp)
 	res, err := runLoad(context.Background(), loadDialer(*f.net, target, cfg), s)
 	if h.remote != nil {
