@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/xml"
 	"fmt"
 	"io"
 	"net"
@@ -144,5 +145,43 @@ func TestReportSpread(t *testing.T) {
 		if want := fmt.Sprintf("%.2fx", hi/lo); !strings.Contains(out, want) {
 			t.Errorf("%v: spread %s missing", k, want)
 		}
+	}
+}
+
+func TestLatencyPanel(t *testing.T) {
+	r := fakeReport(t)
+	if strings.Contains(r.svg(), "over one run") {
+		t.Fatal("latency panel without series")
+	}
+	rtts := make([]time.Duration, 1000)
+	for i := range rtts {
+		rtts[i] = time.Duration(20+i%7) * time.Microsecond
+	}
+	rtts[500] = 10 * time.Millisecond
+	s := latencySample(rtts)
+	if len(s.Series) != 200 || s.Series[100][1] != 5000 || s.Series[100][0] > 13 {
+		t.Fatalf("series %v", s.Series[98:102])
+	}
+	withSeries := 0
+	for k, c := range r.cells {
+		if k.Metric == Latency && !strings.HasPrefix(k.Label, "ib_") && len(c.Samples) > 0 {
+			c.Samples[len(c.Samples)-1] = s
+			withSeries++
+		}
+	}
+	svg := r.svg()
+	var doc struct {
+		Polylines []struct{} `xml:"polyline"`
+	}
+	if err := xml.Unmarshal([]byte(svg), &doc); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	size, runs, _ := r.latencyDetail()
+	if !strings.Contains(svg, "Latency at "+sizeString(size)+" over one run") || len(runs) == 0 {
+		t.Fatalf("no latency panel (%d runs)", len(runs))
+	}
+	// A series and a histogram line per runner with a series at that size.
+	if len(doc.Polylines) != 2*len(runs) {
+		t.Fatalf("%d lines for %d runners", len(doc.Polylines), len(runs))
 	}
 }
