@@ -152,7 +152,7 @@ func loopbackLoad(t *testing.T, stall func()) func(context.Context) (net.Conn, e
 	}
 }
 
-// stallConn calls stall before every write (every response).
+// stallConn calls stall before every write.
 type stallConn struct {
 	net.Conn
 	stall func()
@@ -206,23 +206,31 @@ func TestLoadDurationAndProgress(t *testing.T) {
 	}
 }
 
-// TestLoadOpenLoopCountsStalls: the server stalls once for 500 ms. In open
-// loop at 200 requests/s the requests scheduled during the stall wait for it,
-// and their latency, measured from the schedule, shows it: about 100 requests
-// (500 ms x 200/s) are late by up to 500 ms, 80 of them (27%) by more than
-// 100 ms, so p90 is above 100 ms.
-// Measured from the send (closed loop, one in flight) the same stall is one
-// slow request and p90 stays small: coordinated omission.
+// TestLoadOpenLoopCountsStalls: the client's 50th Write stalls for 500 ms
+// (as a send blocked on credits would). In open loop at 200 requests/s the
+// requests scheduled during the stall are sent late, and their latency,
+// measured from the schedule, shows it: about 100 requests (500 ms x 200/s)
+// are late by up to 500 ms, 80 of them (27%) by more than 100 ms, so p90 is
+// above 100 ms. Measured from the send (closed loop, one in flight) the same
+// stall is one slow request and p90 stays small: coordinated omission.
 func TestLoadOpenLoopCountsStalls(t *testing.T) {
-	stallOnce := func() func() {
+	stallingDial := func() func(context.Context) (net.Conn, error) {
+		dial := loopbackLoad(t, nil)
 		var n atomic.Int32
-		return func() {
+		stall := func() {
 			if n.Add(1) == 50 {
 				time.Sleep(500 * time.Millisecond)
 			}
 		}
+		return func(ctx context.Context) (net.Conn, error) {
+			c, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return stallConn{c, stall}, nil
+		}
 	}
-	open, err := runLoad(context.Background(), loopbackLoad(t, stallOnce()), loadSpec{Conns: 1, Rate: 200, Count: 300,
+	open, err := runLoad(context.Background(), stallingDial(), loadSpec{Conns: 1, Rate: 200, Count: 300,
 		Req: mustDist(t, "64"), Resp: mustDist(t, "64")})
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +245,7 @@ func TestLoadOpenLoopCountsStalls(t *testing.T) {
 	if open.Elapsed < 1.45 || open.Elapsed > 3 {
 		t.Fatalf("open loop took %.2f s for 300 requests at 200/s", open.Elapsed)
 	}
-	closed, err := runLoad(context.Background(), loopbackLoad(t, stallOnce()), loadSpec{Conns: 1, InFlight: 1, Count: 300,
+	closed, err := runLoad(context.Background(), stallingDial(), loadSpec{Conns: 1, InFlight: 1, Count: 300,
 		Req: mustDist(t, "64"), Resp: mustDist(t, "64")})
 	if err != nil {
 		t.Fatal(err)
