@@ -304,10 +304,11 @@ func waitListening(ctx context.Context, srv *proc, port int, d time.Duration) er
 
 // listensOn reports whether `rdma resource show cm_id` output lists a
 // listener on port that is not this process's: freePort's own probe
-// listener on that port may still be listed for a moment after its Close,
-// and a client started on the strength of it is rejected ("Invalid
-// Service ID", RDMA_CM_EVENT_REJECTED error 8) because perftest does not
-// listen yet.
+// listener on that port could still be listed for a moment after its
+// Close, and a client started on the strength of it would be rejected
+// ("Invalid Service ID", RDMA_CM_EVENT_REJECTED error 8) because perftest
+// does not listen yet. (make bench-2host's first ib_send_lat in a fresh
+// server guest is still rejected once in a while; the retry recovers.)
 func listensOn(out string, port, self int) bool {
 	re := regexp.MustCompile(`state LISTEN .*src-addr \S+:` + strconv.Itoa(port) + `\b`)
 	pidRe := regexp.MustCompile(`\bpid (\d+)\b`)
