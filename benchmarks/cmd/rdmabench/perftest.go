@@ -191,21 +191,7 @@ func (h *harness) perftestOnce(ctx context.Context, t perftestTool, size, iters 
 	// A UD run can lose datagrams; perftest's server then waits forever
 	// for the rest and its client for the server, after the client printed
 	// its table: once that table is complete, give them a short grace.
-	tableDone := make(chan struct{})
-	go func() {
-		for {
-			ch := cli.stdout.changed()
-			if _, err := parsePerftest(cli.stdout.String(), t.Metric, size); err == nil {
-				close(tableDone)
-				return
-			}
-			select {
-			case <-ch:
-			case <-cli.done:
-				return
-			}
-		}
-	}()
+	tableDone := tablePrinted(cli, t.Metric, size)
 	select {
 	case <-cli.done:
 	case <-tableDone:
@@ -386,6 +372,28 @@ func udGIDIndex(addr string) (int, error) {
 //
 //	#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
 //	65536      1000             17.72              15.10              0.000242
+//
+// tablePrinted is closed once cli, a perftest client, has printed a
+// complete result table (never, if it exits first).
+func tablePrinted(cli *proc, m Metric, size int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for {
+			ch := cli.stdout.changed()
+			if _, err := parsePerftest(cli.stdout.String(), m, size); err == nil {
+				close(done)
+				return
+			}
+			select {
+			case <-ch:
+			case <-cli.done:
+				return
+			}
+		}
+	}()
+	return done
+}
+
 func parsePerftest(out string, m Metric, size int) (*Sample, error) {
 	cols, vals, err := perftestRow(out, size)
 	if err != nil {

@@ -554,21 +554,7 @@ func (h *harness) perftestRemoteOnce(ctx context.Context, t perftestTool, size, 
 	defer cli.kill()
 	// As perftestOnce: a UD client whose table is complete but that waits
 	// for a lost datagram is killed after 5 s and its table used.
-	tableDone := make(chan struct{})
-	go func() {
-		for {
-			ch := cli.stdout.changed()
-			if _, err := parsePerftest(cli.stdout.String(), t.Metric, size); err == nil {
-				close(tableDone)
-				return
-			}
-			select {
-			case <-ch:
-			case <-cli.done:
-				return
-			}
-		}
-	}()
+	tableDone := tablePrinted(cli, t.Metric, size)
 	select {
 	case <-cli.done:
 	case <-tableDone:
