@@ -365,14 +365,6 @@ func udGIDIndex(addr string) (int, error) {
 	return 0, fmt.Errorf("no RoCE v2 GID for %s in /sys/class/infiniband (is it an address of an RDMA netdev?)", addr)
 }
 
-// parsePerftest reads the result table perftest prints at the end:
-//
-//	#bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]
-//	64      1000          13.58          89659.50      19.96             451.56         1349.18         5865.76                 89659.50
-//
-//	#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
-//	65536      1000             17.72              15.10              0.000242
-//
 // tablePrinted is closed once cli, a perftest client, has printed a
 // complete result table (never, if it exits first).
 func tablePrinted(cli *proc, m Metric, size int) <-chan struct{} {
@@ -394,6 +386,13 @@ func tablePrinted(cli *proc, m Metric, size int) <-chan struct{} {
 	return done
 }
 
+// parsePerftest reads the result table perftest prints at the end:
+//
+//	#bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec]
+//	64      1000          13.58          89659.50      19.96             451.56         1349.18         5865.76                 89659.50
+//
+//	#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+//	65536      1000             17.72              15.10              0.000242
 func parsePerftest(out string, m Metric, size int) (*Sample, error) {
 	cols, vals, err := perftestRow(out, size)
 	if err != nil {
