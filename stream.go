@@ -190,17 +190,24 @@ func (c *Conn) postReadyLocked() {
 	if len(c.recvReady) == 0 {
 		return
 	}
-	n := len(c.recvReady)
-	c.recvReady = c.recvReady[:0]
-	c.recvDeferred.Store(false)
+	wrs := c.takeReadyLocked()
 	if c.qpDown {
 		return
 	}
-	if err := c.ep.qp.PostRecv(c.recvReady[:n]); err != nil {
+	if err := c.ep.qp.PostRecv(wrs); err != nil {
 		c.failLocked(err)
 		return
 	}
-	c.recvPosted += n
+	c.recvPosted += len(wrs)
+}
+
+// takeReadyLocked empties recvReady and returns what it held (valid until
+// the next repost). Called with c.mu held.
+func (c *Conn) takeReadyLocked() []verbs.RecvWR {
+	wrs := c.recvReady
+	c.recvReady = c.recvReady[:0]
+	c.recvDeferred.Store(false)
+	return wrs
 }
 
 // postReady is postReadyLocked for a waiter about to poll or park.
@@ -218,12 +225,10 @@ func (c *Conn) postSendsLocked(wrs []verbs.SendWR) error {
 	if len(c.recvReady) == 0 {
 		return c.ep.qp.PostSend(wrs)
 	}
-	n := len(c.recvReady)
-	c.recvReady = c.recvReady[:0]
-	c.recvDeferred.Store(false)
-	posted, err := c.ep.qp.PostRecvSend(c.recvReady[:n], wrs)
+	recvs := c.takeReadyLocked()
+	posted, err := c.ep.qp.PostRecvSend(recvs, wrs)
 	if posted {
-		c.recvPosted += n
+		c.recvPosted += len(recvs)
 	}
 	return err
 }

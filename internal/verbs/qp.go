@@ -286,19 +286,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		if ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
 			return postError("ibv_post_send", q.Num, -ret)
 		}
-		q.wrsPosted.Add(uint64(n))
-		q.sendWRs.Add(uint64(n))
-		var sig, inl uint64
-		for i := range wrs[:n] {
-			if wrs[i].Flags&SendSignaled != 0 {
-				sig++
-			}
-			if wrs[i].Flags&SendInline != 0 {
-				inl++
-			}
-		}
-		q.signaled.Add(sig)
-		q.inlined.Add(inl)
+		q.countSends(wrs[:n])
 		wrs = wrs[n:]
 	}
 	return nil
@@ -344,21 +332,27 @@ func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err
 		}
 		return false, postError("ibv_post_recv", q.Num, -ret)
 	}
-	q.wrsPosted.Add(uint64(len(recvs) + len(sends)))
+	q.wrsPosted.Add(uint64(len(recvs)))
 	q.recvWRs.Add(uint64(len(recvs)))
-	q.sendWRs.Add(uint64(len(sends)))
+	q.countSends(sends)
+	return true, nil
+}
+
+// countSends counts posted send requests: how many, signaled, inline.
+func (q *QP) countSends(wrs []SendWR) {
+	q.wrsPosted.Add(uint64(len(wrs)))
+	q.sendWRs.Add(uint64(len(wrs)))
 	var sig, inl uint64
-	for i := range sends {
-		if sends[i].Flags&SendSignaled != 0 {
+	for i := range wrs {
+		if wrs[i].Flags&SendSignaled != 0 {
 			sig++
 		}
-		if sends[i].Flags&SendInline != 0 {
+		if wrs[i].Flags&SendInline != 0 {
 			inl++
 		}
 	}
 	q.signaled.Add(sig)
 	q.inlined.Add(inl)
-	return true, nil
 }
 
 func postError(op string, qpn uint32, code C.int) error {
