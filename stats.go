@@ -8,8 +8,6 @@ package rdma
 // itself (InlinePolls) rather than wait for the poller to wake (PollerWakeups)
 // and then wake it (Parks).
 type ConnStats struct {
-	// Transport is "rdma", or "tcp" for a connection that fell back to TCP (see Fallback; the other counters are then zero).
-	Transport string
 	// PostCalls is how many ibv_post_send / ibv_post_recv calls (cgo
 	// crossings, doorbells) this connection made; WorkRequests how many work
 	// requests they carried.
@@ -50,7 +48,7 @@ func (c *Conn) Stats() ConnStats {
 	calls, wrs := c.ep.qp.PostStats()
 	pc := c.ep.qp.PostCounts()
 	ps := c.ep.poller.Stats()
-	return ConnStats{Transport: "rdma", PostCalls: calls, WorkRequests: wrs,
+	return ConnStats{PostCalls: calls, WorkRequests: wrs,
 		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
 		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
 		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,

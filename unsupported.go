@@ -357,7 +357,6 @@ func (n Notification) Release() error { return nil }
 // ConnStats counts the work behind a connection (see the Linux build's
 // documentation); in this build it stays zero.
 type ConnStats struct {
-	Transport                                                 string // "tcp": a connection of Fallback, the only kind this build makes
 	PostCalls, WorkRequests                                   uint64
 	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
 	PollCalls, Completions, PollerSleeps, PollerWakeups       uint64
