@@ -39,7 +39,7 @@ func ExampleFallback() {
 	}
 	c := nc.(*rdma.Conn)
 	defer c.Close()
-	fmt.Println("transport:", c.LocalAddr().Network(), c.Stats().Transport)
+	fmt.Println("transport:", c.LocalAddr().Network(), c.Transport())
 
 	b, _ := c.Alloc(5)
 	copy(b.Bytes(), "hello")

@@ -8,8 +8,8 @@ package rdma
 // arrives through one or the other, so nothing has to tell them apart),
 // and the dialer tries RDMA first, for a bounded time, before it dials
 // TCP. A connection that fell back is a *Conn like any other: its
-// addresses' Network() is "tcp" instead of "rdma", its Stats().Transport
-// says "tcp"; the stream works as on TCP, the message view over frames
+// addresses' Network() is "tcp" instead of "rdma", and so is its
+// Transport(); the stream works as on TCP, the message view over frames
 // (tcpframe.go: with copies, so code written for it runs unchanged), and
 // the one-sided calls fail with ErrNotRDMA. Both ends must be this
 // library: the TCP side starts with a hello, so a fallback dialer does not
@@ -172,6 +172,16 @@ func (d *Dialer) dialFallback(ctx context.Context, network, address string) (*Co
 	}
 	t.fallbackReason = rerr
 	return &Conn{tcp: t}, nil
+}
+
+// Transport returns the connection's transport: "rdma", or "tcp" for a
+// connection that fell back to TCP (see Fallback), as its addresses'
+// Network() say. (Stats counts RDMA work: over TCP its counters stay zero.)
+func (c *Conn) Transport() string {
+	if c.tcp != nil {
+		return "tcp"
+	}
+	return "rdma"
 }
 
 // FallbackReason returns why a connection dialed with Dialer.Fallback runs

@@ -124,11 +124,11 @@ func TestFallbackListenerServesBothRDMA(t *testing.T) {
 		t.Fatalf("rdma dial: %v; fallback dial: %v", rr.err, tr.err)
 	}
 	rc, tc := rr.c, tr.c
-	if rc.LocalAddr().Network() != "rdma" || rc.Stats().Transport != "rdma" || rc.FallbackReason() != nil {
-		t.Fatalf("RDMA dial: %s, %s, %v", rc.LocalAddr().Network(), rc.Stats().Transport, rc.FallbackReason())
+	if rc.LocalAddr().Network() != "rdma" || rc.Transport() != "rdma" || rc.FallbackReason() != nil {
+		t.Fatalf("RDMA dial: %s, %s, %v", rc.LocalAddr().Network(), rc.Transport(), rc.FallbackReason())
 	}
-	if tc.LocalAddr().Network() != "tcp" || tc.Stats().Transport != "tcp" || !fallbackReason(tc.FallbackReason()) {
-		t.Fatalf("fallback dial to 127.0.0.1: %s, %s, reason %v", tc.LocalAddr().Network(), tc.Stats().Transport, tc.FallbackReason())
+	if tc.LocalAddr().Network() != "tcp" || tc.Transport() != "tcp" || !fallbackReason(tc.FallbackReason()) {
+		t.Fatalf("fallback dial to 127.0.0.1: %s, %s, reason %v", tc.LocalAddr().Network(), tc.Transport(), tc.FallbackReason())
 	}
 	t.Logf("fallback to TCP because: %v", tc.FallbackReason())
 	if got := tc.RemoteAddr().(*net.TCPAddr).Port; strconv.Itoa(got) != port {
@@ -189,8 +189,8 @@ func TestFallbackDialerStaysOnRDMA(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := nc.(*Conn)
-		if c.LocalAddr().Network() != "rdma" || c.RemoteAddr().Network() != "rdma" || c.Stats().Transport != "rdma" || c.FallbackReason() != nil {
-			t.Fatalf("dial (fallback %v): %s, %s, %v", d.Fallback != nil, c.LocalAddr().Network(), c.Stats().Transport, c.FallbackReason())
+		if c.LocalAddr().Network() != "rdma" || c.RemoteAddr().Network() != "rdma" || c.Transport() != "rdma" || c.FallbackReason() != nil {
+			t.Fatalf("dial (fallback %v): %s, %s, %v", d.Fallback != nil, c.LocalAddr().Network(), c.Transport(), c.FallbackReason())
 		}
 		if err := roundTrip(c, 10<<10); err != nil {
 			t.Fatal(err)

@@ -73,9 +73,9 @@ func fallbackPair(t testing.TB, dcfg, lcfg Config) (client, server *Conn, ln *Li
 	}
 	server = r.c
 	for _, c := range []*Conn{client, server} {
-		if c.LocalAddr().Network() != "tcp" || c.RemoteAddr().Network() != "tcp" || c.Stats().Transport != "tcp" {
-			t.Fatalf("fallback conn: addresses %v (%s) -> %v (%s), Stats().Transport %q; want tcp",
-				c.LocalAddr(), c.LocalAddr().Network(), c.RemoteAddr(), c.RemoteAddr().Network(), c.Stats().Transport)
+		if c.LocalAddr().Network() != "tcp" || c.RemoteAddr().Network() != "tcp" || c.Transport() != "tcp" {
+			t.Fatalf("fallback conn: addresses %v (%s) -> %v (%s), Transport() %q; want tcp",
+				c.LocalAddr(), c.LocalAddr().Network(), c.RemoteAddr(), c.RemoteAddr().Network(), c.Transport())
 		}
 	}
 	if !fallbackReason(client.FallbackReason()) || server.FallbackReason() != nil {

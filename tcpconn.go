@@ -674,6 +674,6 @@ func (t *tcpConn) recv(ctx context.Context) (buffer.Buf, error) {
 // notRDMA is the error of the one-sided calls on a TCP-backed Conn.
 func (t *tcpConn) notRDMA(op string) error { return t.opError(op, ErrNotRDMA) }
 
-func (t *tcpConn) stats() ConnStats {
-	return ConnStats{Transport: "tcp"}
-}
+// stats is a TCP-backed connection's ConnStats: zero, as none of its
+// counters (posts, work requests, polls) exists over TCP.
+func (t *tcpConn) stats() ConnStats { return ConnStats{} }
