@@ -45,6 +45,8 @@ var ErrNotRDMA = errors.New("the connection fell back to TCP: one-sided RDMA cal
 // ErrNotRDMAAddress; every build without cgo) it listens on TCP alone: its
 // Addr().Network() says which ("rdma" when rdma_cm listens too, "tcp"
 // otherwise). Admit, Backlog and HandshakeTimeout apply to TCP dialers too.
+// AcceptRDMA returns the TCP-backed connections too (as *Conn).
+// ListenPacket ignores Fallback (datagrams have no TCP counterpart).
 //
 // A Dialer with Fallback tries RDMA for at most RDMATimeout and dials TCP
 // when the RDMA attempt failed because RDMA cannot reach the address: no
