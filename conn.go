@@ -21,6 +21,8 @@ import (
 // Conn is an RDMA reliable connection with the semantics of a TCP stream. It
 // implements net.Conn; many goroutines may call its methods at once.
 type Conn struct {
+	tcp *tcpConn // non-nil: the connection fell back to TCP (fallback.go); every method defers to it
+
 	// Immutable after the handshake (set before the Conn is handed out).
 	cfg          Config
 	laddr, raddr *Addr
@@ -197,6 +199,9 @@ func (c *Conn) wakeChan() chan struct{} {
 // data already written is delivered (within Config.CloseTimeout) followed by
 // end-of-stream, and every RDMA resource is released.
 func (c *Conn) Close() error {
+	if c.tcp != nil {
+		return c.tcp.close()
+	}
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
 		c.closed = true
@@ -404,6 +409,9 @@ func (c *Conn) eventLoop() {
 
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
+	if c.tcp != nil {
+		return c.tcp.setDeadline("set deadline", t, true, true)
+	}
 	if err := c.checkOpen("set deadline"); err != nil {
 		return err
 	}
@@ -414,6 +422,9 @@ func (c *Conn) SetDeadline(t time.Time) error {
 
 // SetReadDeadline sets the deadline for Read calls, pending and future.
 func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.tcp != nil {
+		return c.tcp.setDeadline("set read deadline", t, true, false)
+	}
 	if err := c.checkOpen("set read deadline"); err != nil {
 		return err
 	}
@@ -423,6 +434,9 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 
 // SetWriteDeadline sets the deadline for Write calls, pending and future.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.tcp != nil {
+		return c.tcp.setDeadline("set write deadline", t, false, true)
+	}
 	if err := c.checkOpen("set write deadline"); err != nil {
 		return err
 	}
@@ -446,10 +460,20 @@ func (c *Conn) checkOpen(op string) error {
 }
 
 // LocalAddr returns the local address.
-func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+func (c *Conn) LocalAddr() net.Addr {
+	if c.tcp != nil {
+		return c.tcp.laddr
+	}
+	return c.laddr
+}
 
 // RemoteAddr returns the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+func (c *Conn) RemoteAddr() net.Addr {
+	if c.tcp != nil {
+		return c.tcp.raddr
+	}
+	return c.raddr
+}
 
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}

@@ -20,6 +20,8 @@ import (
 // Config.Backlog of them. Beyond that, dialers are refused: their dial fails
 // with ErrHandshake, naming the full backlog.
 type Listener struct {
+	fb *fallbackListener // non-nil: ListenConfig.Fallback (fallback.go); every method defers to it
+
 	cfg     Config
 	ch      *rdmacm.Channel
 	id      *rdmacm.ID
@@ -196,6 +198,9 @@ func (l *Listener) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 
 // Accept waits for and returns the next connection (a *Conn).
 func (l *Listener) Accept() (net.Conn, error) {
+	if l.fb != nil {
+		return l.fb.acceptConn()
+	}
 	c, err := l.AcceptRDMA()
 	if err != nil {
 		return nil, err
@@ -205,6 +210,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 // AcceptRDMA is Accept returning the concrete type.
 func (l *Listener) AcceptRDMA() (*Conn, error) {
+	if l.fb != nil {
+		return l.fb.accept()
+	}
 	select {
 	case c := <-l.acceptq:
 		return c, nil
@@ -232,6 +240,9 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 // established but not yet accepted are closed, and blocked Accept calls
 // return net.ErrClosed.
 func (l *Listener) Close() error {
+	if l.fb != nil {
+		return l.fb.close()
+	}
 	l.once.Do(func() {
 		l.mu.Lock()
 		l.closed = true
@@ -259,4 +270,9 @@ func (l *Listener) Close() error {
 }
 
 // Addr returns the listener's address; with port 0 requested, the port chosen.
-func (l *Listener) Addr() net.Addr { return l.addr }
+func (l *Listener) Addr() net.Addr {
+	if l.fb != nil {
+		return l.fb.addr
+	}
+	return l.addr
+}

@@ -85,6 +85,9 @@ func (c *Conn) initMessages() {
 // windows) the peer reads it from the sender's buffer with one RDMA READ.
 // Either way it arrives whole and is never copied.
 func (c *Conn) MaxMessageSize() int {
+	if c.tcp != nil {
+		return c.tcp.peerMaxMsg
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.peerMaxMsg
@@ -94,6 +97,9 @@ func (c *Conn) MaxMessageSize() int {
 // size class, 4 MiB by default) for Send, Export and the one-sided
 // operations. Bytes() has length n. Send takes at most MaxMessageSize bytes.
 func (c *Conn) Alloc(n int) (buffer.Buf, error) {
+	if c.tcp != nil {
+		return c.tcp.alloc(n)
+	}
 	if c.isClosed() {
 		return buffer.Buf{}, c.opError("alloc", net.ErrClosed)
 	}
@@ -113,6 +119,9 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 // once the NIC is done with it. The peer receives it whole on Messages().
 // A failure after posting ends the connection and shows in the next call.
 func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
+	if c.tcp != nil {
+		return c.tcp.send(ctx, b, false, 0)
+	}
 	n := b.Len()
 	if err := c.send(ctx, b, false, 0); err != nil {
 		b.Release()
@@ -125,6 +134,9 @@ func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
 // PostSend is Send whose outcome (the NIC finished sending b, or an error)
 // also arrives on Completions() with id.
 func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.send(ctx, b, true, id)
+	}
 	n := b.Len()
 	if err := c.send(ctx, b, true, id); err != nil {
 		b.Release()
@@ -210,6 +222,9 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 // receiver must Release. It is closed when the peer has finished (after its
 // last message) or the connection ends; Recv reports why.
 func (c *Conn) Messages() <-chan buffer.Buf {
+	if c.tcp != nil {
+		return c.tcp.msgs
+	}
 	c.channelUser()
 	return c.msgs
 }
@@ -228,6 +243,9 @@ func (c *Conn) channelUser() {
 // Recv waits for the next message (bounded by ctx and the read deadline).
 // At the end it returns io.EOF, or the connection's error.
 func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
+	if c.tcp != nil {
+		return c.tcp.recv(ctx)
+	}
 	return receive(c, ctx, c.msgs, "recv")
 }
 

@@ -75,6 +75,9 @@ type Export struct {
 // registration's, valid on every connection of the device: treat its
 // descriptor as a secret shared with one peer.
 func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
+	if c.tcp != nil {
+		return nil, c.tcp.notRDMA("export")
+	}
 	if access&^(RemoteWrite|RemoteRead) != 0 || access == 0 {
 		return nil, c.opError("export", fmt.Errorf("invalid access %d", access))
 	}
@@ -246,6 +249,9 @@ func (c *Conn) initOneSided() {
 
 // Notifications delivers the peer's WriteRemoteImm notifications.
 func (c *Conn) Notifications() <-chan Notification {
+	if c.tcp != nil {
+		return c.tcp.notes
+	}
 	c.channelUser()
 	return c.notes
 }
@@ -255,12 +261,18 @@ func (c *Conn) Notifications() <-chan Notification {
 // a receive from Notifications(), which waits for the poller's thread. At
 // the end it returns io.EOF, or the connection's error.
 func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
+	if c.tcp != nil {
+		return Notification{}, c.tcp.notRDMA("recv notification")
+	}
 	return receive(c, ctx, c.notes, "recv notification")
 }
 
 // Completions delivers the ends of PostSend, PostWriteRemote and
 // PostReadRemote operations; it has room for every one that can be in flight.
 func (c *Conn) Completions() <-chan OpCompletion {
+	if c.tcp != nil {
+		return c.tcp.opDone
+	}
 	c.channelUser()
 	return c.opDone
 }
@@ -268,17 +280,26 @@ func (c *Conn) Completions() <-chan OpCompletion {
 // WriteRemote writes local's bytes into the peer's exported buffer at
 // offset, and returns when the NIC reports them placed.
 func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
 	return c.oneSided(ctx, "write remote", verbs.OpRDMAWrite, local, remote, offset, 0, false, 0)
 }
 
 // WriteRemoteImm is WriteRemote that also delivers imm on the peer's
 // Notifications() (it uses one of the peer's receive buffers, like a message).
 func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
 	return c.oneSided(ctx, "write remote", verbs.OpRDMAWriteWithImm, local, remote, offset, imm, false, 0)
 }
 
 // ReadRemote fills local from the peer's exported buffer at offset.
 func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("read remote")
+	}
 	return c.oneSided(ctx, "read remote", verbs.OpRDMARead, local, remote, offset, 0, false, 0)
 }
 
@@ -287,11 +308,17 @@ func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBu
 // until then, so the caller may Release it at once, but its bytes must stay
 // untouched until the completion arrives.
 func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
 	return c.oneSided(context.Background(), "write remote", verbs.OpRDMAWrite, local, remote, offset, 0, true, id)
 }
 
 // PostReadRemote starts ReadRemote; its end arrives on Completions() with id.
 func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("read remote")
+	}
 	return c.oneSided(context.Background(), "read remote", verbs.OpRDMARead, local, remote, offset, 0, true, id)
 }
 

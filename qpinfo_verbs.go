@@ -15,6 +15,9 @@ import (
 // Close; after Close it returns an error wrapping net.ErrClosed. It takes
 // a system call: for debugging, not for a hot path.
 func (c *Conn) QPInfo() (QPInfo, error) {
+	if c.tcp != nil {
+		return QPInfo{}, c.tcp.notRDMA("qp info")
+	}
 	const op = "qp info"
 	if c.isClosed() {
 		return QPInfo{}, c.opError(op, net.ErrClosed)

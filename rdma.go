@@ -482,6 +482,9 @@ type Dialer struct {
 	// LocalAddr, if set, is the local address to connect from (its IP picks
 	// the device); its port is ignored.
 	LocalAddr *Addr
+	// Fallback, if set, lets the dial fall back to TCP when RDMA cannot
+	// reach the address (see Fallback). nil: RDMA only.
+	Fallback *Fallback
 }
 
 // DialContext connects to address on network "rdma". It has the signature of
@@ -500,6 +503,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 }
 
 func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+	if d.Fallback != nil {
+		return d.dialFallback(ctx, network, address)
+	}
 	cfg := d.Config.withDefaults()
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: dialAddr(address), Err: err}
@@ -548,10 +554,16 @@ type ListenConfig struct {
 	// text as the reason. It runs on the listener's event loop: keep it
 	// fast (a lookup, not a network call).
 	Admit func(remote netip.AddrPort) error
+	// Fallback, if set, makes the listener accept TCP on the same port too
+	// (see Fallback). nil: RDMA only.
+	Fallback *Fallback
 }
 
 // Listen listens on address; ctx bounds only the set-up.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
+	if lc.Fallback != nil {
+		return lc.listenFallback(ctx, network, address)
+	}
 	cfg := lc.Config.withDefaults()
 	opErr := func(err error) error {
 		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}

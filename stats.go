@@ -42,6 +42,9 @@ type ConnStats struct {
 
 // Stats returns the connection's counters.
 func (c *Conn) Stats() ConnStats {
+	if c.tcp != nil {
+		return c.tcp.stats()
+	}
 	calls, wrs := c.ep.qp.PostStats()
 	pc := c.ep.qp.PostCounts()
 	ps := c.ep.poller.Stats()

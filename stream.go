@@ -78,6 +78,9 @@ func (c *Conn) creditsUrgentLocked() bool {
 // Read reads data from the connection. It returns io.EOF once the peer has
 // closed (or half-closed) and every byte it wrote has been read.
 func (c *Conn) Read(b []byte) (int, error) {
+	if c.tcp != nil {
+		return c.tcp.read(b)
+	}
 	n, err := c.read(b)
 	if err != nil && err != io.EOF {
 		err = c.opError("read", err)
@@ -293,6 +296,9 @@ func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
 // every byte is in a posted send buffer (as TCP's returns once the bytes are
 // in the socket buffer).
 func (c *Conn) Write(b []byte) (int, error) {
+	if c.tcp != nil {
+		return c.tcp.write(b)
+	}
 	n, err := c.write(b)
 	c.counts.wrote(n)
 	if err != nil {
@@ -418,6 +424,9 @@ func (c *Conn) writeErrLocked() error {
 // CloseWrite shuts down the writing side: the peer reads every byte written
 // before it and then io.EOF, and can still write back.
 func (c *Conn) CloseWrite() error {
+	if c.tcp != nil {
+		return c.tcp.closeWrite()
+	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if err := c.sendFIN(c.cfg.CloseTimeout); err != nil {

@@ -55,7 +55,9 @@ func opError(op string) error { return &net.OpError{Op: op, Net: "rdma", Err: er
 
 // Conn is an RDMA reliable connection with the semantics of a TCP stream; in
 // this build none can be made (see Dial).
-type Conn struct{}
+type Conn struct {
+	tcp *tcpConn // non-nil: a TCP connection of a Dialer or ListenConfig with Fallback (fallback.go)
+}
 
 var (
 	_ net.Conn     = (*Conn)(nil)
@@ -63,95 +65,204 @@ var (
 )
 
 // Read fails: there is no RDMA in this build.
-func (c *Conn) Read(b []byte) (int, error) { return 0, opError("read") }
+func (c *Conn) Read(b []byte) (int, error) {
+	if c.tcp != nil {
+		return c.tcp.read(b)
+	}
+	return 0, opError("read")
+}
 
 // Write fails: there is no RDMA in this build.
-func (c *Conn) Write(b []byte) (int, error) { return 0, opError("write") }
+func (c *Conn) Write(b []byte) (int, error) {
+	if c.tcp != nil {
+		return c.tcp.write(b)
+	}
+	return 0, opError("write")
+}
 
 // Close does nothing: no connection can be open in this build.
-func (c *Conn) Close() error { return nil }
+func (c *Conn) Close() error {
+	if c.tcp != nil {
+		return c.tcp.close()
+	}
+	return nil
+}
 
 // CloseWrite fails: there is no RDMA in this build.
-func (c *Conn) CloseWrite() error { return opError("close") }
+func (c *Conn) CloseWrite() error {
+	if c.tcp != nil {
+		return c.tcp.closeWrite()
+	}
+	return opError("close")
+}
 
 // LocalAddr returns nil.
-func (c *Conn) LocalAddr() net.Addr { return nil }
+func (c *Conn) LocalAddr() net.Addr {
+	if c.tcp != nil {
+		return c.tcp.laddr
+	}
+	return nil
+}
 
 // RemoteAddr returns nil.
-func (c *Conn) RemoteAddr() net.Addr { return nil }
+func (c *Conn) RemoteAddr() net.Addr {
+	if c.tcp != nil {
+		return c.tcp.raddr
+	}
+	return nil
+}
 
 // SetDeadline fails: there is no RDMA in this build.
-func (c *Conn) SetDeadline(t time.Time) error { return opError("set") }
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.tcp != nil {
+		return c.tcp.setDeadline("set deadline", t, true, true)
+	}
+	return opError("set")
+}
 
 // SetReadDeadline fails: there is no RDMA in this build.
-func (c *Conn) SetReadDeadline(t time.Time) error { return opError("set") }
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.tcp != nil {
+		return c.tcp.setDeadline("set read deadline", t, true, false)
+	}
+	return opError("set")
+}
 
 // SetWriteDeadline fails: there is no RDMA in this build.
-func (c *Conn) SetWriteDeadline(t time.Time) error { return opError("set") }
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.tcp != nil {
+		return c.tcp.setDeadline("set write deadline", t, false, true)
+	}
+	return opError("set")
+}
 
 // MaxMessageSize returns 0.
-func (c *Conn) MaxMessageSize() int { return 0 }
+func (c *Conn) MaxMessageSize() int {
+	if c.tcp != nil {
+		return c.tcp.peerMaxMsg
+	}
+	return 0
+}
 
 // Alloc fails: there is no RDMA in this build.
-func (c *Conn) Alloc(n int) (buffer.Buf, error) { return buffer.Buf{}, opError("alloc") }
+func (c *Conn) Alloc(n int) (buffer.Buf, error) {
+	if c.tcp != nil {
+		return c.tcp.alloc(n)
+	}
+	return buffer.Buf{}, opError("alloc")
+}
 
 // Send fails: there is no RDMA in this build.
-func (c *Conn) Send(ctx context.Context, b buffer.Buf) error { return opError("send") }
+func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
+	if c.tcp != nil {
+		return c.tcp.send(ctx, b, false, 0)
+	}
+	return opError("send")
+}
 
 // PostSend fails: there is no RDMA in this build.
 func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.send(ctx, b, true, id)
+	}
 	return opError("send")
 }
 
 // Messages returns a closed channel.
-func (c *Conn) Messages() <-chan buffer.Buf { return closedMessages }
+func (c *Conn) Messages() <-chan buffer.Buf {
+	if c.tcp != nil {
+		return c.tcp.msgs
+	}
+	return closedMessages
+}
 
 // Recv fails: there is no RDMA in this build.
-func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) { return buffer.Buf{}, opError("recv") }
+func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
+	if c.tcp != nil {
+		return c.tcp.recv(ctx)
+	}
+	return buffer.Buf{}, opError("recv")
+}
 
 // Export fails: there is no RDMA in this build.
 func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
+	if c.tcp != nil {
+		return nil, c.tcp.notRDMA("export")
+	}
 	return nil, opError("export")
 }
 
 // Notifications returns a closed channel.
-func (c *Conn) Notifications() <-chan Notification { return closedNotifications }
+func (c *Conn) Notifications() <-chan Notification {
+	if c.tcp != nil {
+		return c.tcp.notes
+	}
+	return closedNotifications
+}
 
 // RecvNotification fails: there is no RDMA in this build.
 func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
+	if c.tcp != nil {
+		return Notification{}, c.tcp.notRDMA("recv notification")
+	}
 	return Notification{}, opError("recv")
 }
 
 // Completions returns a closed channel.
-func (c *Conn) Completions() <-chan OpCompletion { return closedCompletions }
+func (c *Conn) Completions() <-chan OpCompletion {
+	if c.tcp != nil {
+		return c.tcp.opDone
+	}
+	return closedCompletions
+}
 
 // WriteRemote fails: there is no RDMA in this build.
 func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
 	return opError("write remote")
 }
 
 // WriteRemoteImm fails: there is no RDMA in this build.
 func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
 	return opError("write remote")
 }
 
 // ReadRemote fails: there is no RDMA in this build.
 func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("read remote")
+	}
 	return opError("read remote")
 }
 
 // PostWriteRemote fails: there is no RDMA in this build.
 func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
 	return opError("write remote")
 }
 
 // PostReadRemote fails: there is no RDMA in this build.
 func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("read remote")
+	}
 	return opError("read remote")
 }
 
 // Stats returns zero counters.
-func (c *Conn) Stats() ConnStats { return ConnStats{} }
+func (c *Conn) Stats() ConnStats {
+	if c.tcp != nil {
+		return c.tcp.stats()
+	}
+	return ConnStats{}
+}
 
 var (
 	closedMessages      = closedChan[buffer.Buf]()
@@ -167,19 +278,41 @@ func closedChan[T any]() chan T {
 
 // Listener accepts RDMA connections; in this build none can be made (see
 // Listen).
-type Listener struct{}
+type Listener struct {
+	fb *fallbackListener // non-nil: ListenConfig.Fallback (fallback.go), TCP alone in this build
+}
 
 // Accept fails: there is no RDMA in this build.
-func (l *Listener) Accept() (net.Conn, error) { return nil, opError("accept") }
+func (l *Listener) Accept() (net.Conn, error) {
+	if l.fb != nil {
+		return l.fb.acceptConn()
+	}
+	return nil, opError("accept")
+}
 
 // AcceptRDMA fails: there is no RDMA in this build.
-func (l *Listener) AcceptRDMA() (*Conn, error) { return nil, opError("accept") }
+func (l *Listener) AcceptRDMA() (*Conn, error) {
+	if l.fb != nil {
+		return l.fb.accept()
+	}
+	return nil, opError("accept")
+}
 
 // Addr returns nil.
-func (l *Listener) Addr() net.Addr { return nil }
+func (l *Listener) Addr() net.Addr {
+	if l.fb != nil {
+		return l.fb.addr
+	}
+	return nil
+}
 
 // Close does nothing: no listener can be open in this build.
-func (l *Listener) Close() error { return nil }
+func (l *Listener) Close() error {
+	if l.fb != nil {
+		return l.fb.close()
+	}
+	return nil
+}
 
 // The types below are declared as in the Linux build (onesided.go, stats.go).
 

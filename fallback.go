@@ -1,0 +1,461 @@
+package rdma
+
+// TCP fallback, opt-in, in the spirit of SMC-R (RFC 7609): a service that
+// must also serve, or reach, hosts without RDMA sets Fallback on its
+// ListenConfig and Dialer. The listener then accepts TCP on the same port
+// beside rdma_cm (the two port spaces are separate: an rdma_cm listen on
+// port P and a TCP listen on port P do not collide, and a connect request
+// arrives through one or the other, so nothing has to tell them apart),
+// and the dialer tries RDMA first, for a bounded time, before it dials
+// TCP. A connection that fell back is a *Conn like any other: its
+// addresses' Network() is "tcp" instead of "rdma", and so is its
+// Transport(); the stream works as on TCP, the message view over frames
+// (tcpframe.go: with copies, so code written for it runs unchanged), and
+// the one-sided calls fail with ErrNotRDMA. Both ends must be this
+// library: the TCP side starts with a hello, so a fallback dialer does not
+// talk to a plain TCP server, nor a plain TCP client to a fallback
+// listener.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrNotRDMA: the call needs RDMA (one-sided access: Export, WriteRemote,
+// ReadRemote, RecvNotification, QPInfo...) and the connection fell back to
+// TCP (see Fallback). Test Conn.LocalAddr().Network() == "rdma" first, or
+// move the data with Send instead.
+var ErrNotRDMA = errors.New("the connection fell back to TCP: one-sided RDMA calls need an RDMA connection " +
+	"(LocalAddr().Network() is \"tcp\"; send the data as messages, or fix the RDMA path: the dial's " +
+	"fallback reason says what failed)")
+
+// Fallback enables TCP fallback on a Dialer or a ListenConfig. The zero
+// value is ready to use.
+//
+// A ListenConfig with Fallback listens on rdma_cm and on TCP, on the same
+// port (port 0: one free in both), and its Accept returns connections of
+// both kinds. On a host or address without RDMA (ErrNoDevice,
+// ErrNotRDMAAddress; every build without cgo) it listens on TCP alone: its
+// Addr().Network() says which ("rdma" when rdma_cm listens too, "tcp"
+// otherwise). Admit, Backlog and HandshakeTimeout apply to TCP dialers too.
+// AcceptRDMA returns the TCP-backed connections too (as *Conn).
+// ListenPacket ignores Fallback (datagrams have no TCP counterpart).
+//
+// A Dialer with Fallback tries RDMA for at most RDMATimeout and dials TCP
+// when the RDMA attempt failed because RDMA cannot reach the address: no
+// RDMA device here (ErrNoDevice), an address no RDMA netdev serves
+// (ErrNotRDMAAddress), nobody listening on rdma_cm (ECONNREFUSED: the peer
+// listens on TCP alone), a peer unreachable over RDMA (EHOSTUNREACH,
+// ENETUNREACH, ETIMEDOUT), or RDMATimeout passing. A listener that answered
+// and refused (ErrHandshake), a local problem to fix (ErrMemlock, a
+// ConfigError) and the caller's own context ending are returned as they
+// are. If TCP fails too, the error (a *net.OpError) says what happened on
+// both attempts and matches both causes with errors.Is. The whole dial,
+// both attempts, stays within Dialer.Timeout (Config.ConnectTimeout).
+type Fallback struct {
+	// RDMATimeout bounds a Dialer's RDMA attempt before it falls back to
+	// TCP. A peer whose host has no RDMA device never answers rdma_cm's
+	// connect request, so this is what such a dial costs before TCP.
+	// 0 means 1 s. A ListenConfig ignores it.
+	RDMATimeout time.Duration
+}
+
+func (f *Fallback) rdmaTimeout() time.Duration {
+	if f.RDMATimeout > 0 {
+		return f.RDMATimeout
+	}
+	return time.Second
+}
+
+// tcpNetwork is the TCP network for an RDMA one.
+func tcpNetwork(network string) string {
+	switch network {
+	case "rdma4":
+		return "tcp4"
+	case "rdma6":
+		return "tcp6"
+	}
+	return "tcp"
+}
+
+// fallbackError is a fallback dial's error when TCP failed too.
+type fallbackError struct {
+	rdma, tcp error
+}
+
+func (e *fallbackError) Error() string {
+	return "RDMA failed (" + e.rdma.Error() + "), then TCP failed: " + e.tcp.Error()
+}
+
+func (e *fallbackError) Unwrap() []error { return []error{e.rdma, e.tcp} }
+
+// Timeout reports whether the last attempt (TCP) timed out.
+func (e *fallbackError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.tcp, &ne) && ne.Timeout()
+}
+
+// fallbackReason reports whether an RDMA dial error means that RDMA cannot
+// reach the address (so TCP is worth trying).
+func fallbackReason(err error) bool {
+	for _, target := range []error{ErrNoDevice, ErrNotRDMAAddress, syscall.ECONNREFUSED, syscall.EHOSTUNREACH,
+		syscall.ENETUNREACH, syscall.ETIMEDOUT, syscall.ENODEV, syscall.EADDRNOTAVAIL, os.ErrDeadlineExceeded} {
+		if errors.Is(err, target) {
+			return !errors.Is(err, ErrHandshake) && !errors.Is(err, ErrMemlock)
+		}
+	}
+	return false
+}
+
+// dialFallback is Dialer.dial with d.Fallback set.
+func (d *Dialer) dialFallback(ctx context.Context, network, address string) (*Conn, error) {
+	cfg := d.Config.withDefaults()
+	opErr := func(err error) error {
+		return &net.OpError{Op: "dial", Net: network, Addr: dialAddr(address), Err: err}
+	}
+	if err := checkNetwork(network); err != nil {
+		return nil, opErr(err)
+	}
+	if err := d.Config.check(); err != nil {
+		return nil, opErr(err)
+	}
+	timeout := d.Timeout
+	if timeout == 0 {
+		timeout = cfg.ConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	raddr, err := resolve(ctx, network, address, false)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	target := raddr.String()
+
+	rd := *d
+	rd.Fallback = nil
+	rctx, rcancel := context.WithTimeout(ctx, d.Fallback.rdmaTimeout())
+	c, rerr := rd.dial(rctx, network, target)
+	rcancel()
+	if rerr == nil {
+		return c, nil
+	}
+	if ctx.Err() != nil || !fallbackReason(rerr) {
+		return nil, rerr
+	}
+	var oe *net.OpError
+	if errors.As(rerr, &oe) {
+		rerr = oe.Err // the dial's own *net.OpError wraps the whole
+	}
+	if errors.Is(rerr, os.ErrDeadlineExceeded) && !errors.Is(rerr, syscall.ETIMEDOUT) {
+		rerr = fmt.Errorf("no answer within Fallback.RDMATimeout %v: %w", d.Fallback.rdmaTimeout(), rerr)
+	}
+	taddr := net.TCPAddrFromAddrPort(raddr)
+	nd := net.Dialer{KeepAlive: -1} // newTCPConn sets keepalive from Config
+	if d.LocalAddr != nil {
+		nd.LocalAddr = &net.TCPAddr{IP: d.LocalAddr.AddrPort.Addr().AsSlice(), Zone: d.LocalAddr.AddrPort.Addr().Zone()}
+	}
+	nc, terr := nd.DialContext(ctx, tcpNetwork(network), target)
+	var t *tcpConn
+	if terr == nil {
+		t, terr = tcpHandshakeDial(ctx, nc.(*net.TCPConn), &cfg)
+		if terr != nil {
+			nc.Close()
+		}
+	}
+	if terr != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: taddr, Err: &fallbackError{rdma: rerr, tcp: sockErr(terr)}}
+	}
+	t.fallbackReason = rerr
+	return &Conn{tcp: t}, nil
+}
+
+// Transport returns the connection's transport: "rdma", or "tcp" for a
+// connection that fell back to TCP (see Fallback), as its addresses'
+// Network() say. (Stats counts RDMA work: over TCP its counters stay zero.)
+func (c *Conn) Transport() string {
+	if c.tcp != nil {
+		return "tcp"
+	}
+	return "rdma"
+}
+
+// FallbackReason returns why a connection dialed with Dialer.Fallback runs
+// over TCP (the RDMA attempt's error), or nil: an RDMA connection, or one
+// a fallback listener accepted over TCP.
+func (c *Conn) FallbackReason() error {
+	if c.tcp == nil {
+		return nil
+	}
+	return c.tcp.fallbackReason
+}
+
+// fallbackListener is a *Listener with ListenConfig.Fallback: rdma_cm (if
+// it could listen) and TCP on one port, accepted through one queue.
+type fallbackListener struct {
+	rdma    *Listener // nil: TCP alone
+	noRDMA  error     // why rdma is nil
+	tcp     *net.TCPListener
+	cfg     Config
+	admit   func(netip.AddrPort) error
+	addr    net.Addr
+	acceptq chan *Conn
+
+	closing  chan struct{}
+	once     sync.Once
+	closeErr error
+	wg       sync.WaitGroup // the accept loops and the TCP handshakes
+	mu       sync.Mutex
+	halfOpen int   // TCP handshakes in progress
+	tcpErr   error // the TCP accept loop's end, if not Close
+	tcpDone  chan struct{}
+}
+
+// listenFallback is ListenConfig.Listen with lc.Fallback set.
+func (lc *ListenConfig) listenFallback(ctx context.Context, network, address string) (*Listener, error) {
+	cfg := lc.Config.withDefaults()
+	opErr := func(err error) error {
+		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
+	}
+	if err := checkNetwork(network); err != nil {
+		return nil, opErr(err)
+	}
+	if err := lc.Config.check(); err != nil {
+		return nil, opErr(err)
+	}
+	ap, err := resolve(ctx, network, address, true)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	rlc := *lc
+	rlc.Fallback = nil
+	// Port 0: the port rdma_cm picks must be free for TCP too; another
+	// program may hold it there, so try a few.
+	tries := 1
+	if ap.Port() == 0 {
+		tries = 16
+	}
+	var lastErr error
+	for range tries {
+		rl, rerr := rlc.Listen(ctx, network, ap.String())
+		var noRDMA error
+		port := ap.Port()
+		if rerr != nil {
+			if !errors.Is(rerr, ErrNoDevice) && !errors.Is(rerr, ErrNotRDMAAddress) {
+				return nil, rerr
+			}
+			var oe *net.OpError
+			if noRDMA = rerr; errors.As(rerr, &oe) {
+				noRDMA = oe.Err
+			}
+		} else {
+			port = rl.Addr().(*Addr).AddrPort.Port()
+		}
+		taddr := net.TCPAddrFromAddrPort(netip.AddrPortFrom(ap.Addr(), port))
+		var lcfg net.ListenConfig
+		tl, terr := lcfg.Listen(ctx, tcpNetwork(network), taddr.String())
+		if terr != nil {
+			if rl != nil {
+				rl.Close()
+			}
+			lastErr = terr
+			if ap.Port() == 0 && rl != nil && errors.Is(terr, syscall.EADDRINUSE) {
+				continue
+			}
+			return nil, &net.OpError{Op: "listen", Net: network, Addr: taddr, Err: sockErr(terr)}
+		}
+		return lc.newFallbackListener(&cfg, rl, noRDMA, tl.(*net.TCPListener)), nil
+	}
+	return nil, opErr(fmt.Errorf("no port free for both rdma_cm and TCP after %d tries: %w", tries, sockErr(lastErr)))
+}
+
+func (lc *ListenConfig) newFallbackListener(cfg *Config, rl *Listener, noRDMA error, tl *net.TCPListener) *Listener {
+	f := &fallbackListener{
+		rdma: rl, noRDMA: noRDMA, tcp: tl, cfg: *cfg, admit: lc.Admit,
+		acceptq: make(chan *Conn, cfg.Backlog),
+		closing: make(chan struct{}),
+		tcpDone: make(chan struct{}),
+	}
+	f.addr = tl.Addr()
+	if rl != nil {
+		f.addr = rl.Addr()
+		f.wg.Add(1)
+		go f.rdmaLoop()
+	}
+	f.wg.Add(1)
+	go f.tcpLoop()
+	return &Listener{fb: f}
+}
+
+// rdmaLoop moves the RDMA listener's connections into the shared queue.
+// If the RDMA listener fails (its device went away), TCP goes on.
+func (f *fallbackListener) rdmaLoop() {
+	defer f.wg.Done()
+	for {
+		c, err := f.rdma.AcceptRDMA()
+		if err != nil {
+			return
+		}
+		select {
+		case f.acceptq <- c:
+		case <-f.closing:
+			c.Close()
+			return
+		}
+	}
+}
+
+// tcpLoop accepts TCP connections and runs each one's hello on its own
+// goroutine, bounded by HandshakeTimeout and, with those queued, by Backlog.
+func (f *fallbackListener) tcpLoop() {
+	defer f.wg.Done()
+	defer close(f.tcpDone)
+	var backoff time.Duration
+	for {
+		nc, err := f.tcp.AcceptTCP()
+		if err != nil {
+			if isClosedChan(f.closing) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+				errors.Is(err, syscall.ECONNABORTED) {
+				// As net/http's Serve: wait and try again.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(backoff):
+					continue
+				case <-f.closing:
+					return
+				}
+			}
+			f.mu.Lock()
+			f.tcpErr = sockErr(err)
+			f.mu.Unlock()
+			return
+		}
+		backoff = 0
+		f.mu.Lock()
+		full := f.halfOpen+len(f.acceptq) >= cap(f.acceptq)
+		if !full {
+			f.halfOpen++
+		}
+		f.mu.Unlock()
+		if full {
+			nc.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true,
+				Reason: fmt.Sprintf("accept backlog of %d is full", cap(f.acceptq))}).appendTo(nil))
+			nc.Close()
+			continue
+		}
+		f.wg.Add(1)
+		go f.handshake(nc)
+	}
+}
+
+func (f *fallbackListener) handshake(nc *net.TCPConn) {
+	defer f.wg.Done()
+	done := make(chan struct{})
+	go func() { // Close interrupts a handshake in progress
+		select {
+		case <-f.closing:
+			nc.SetDeadline(time.Now())
+		case <-done:
+		}
+	}()
+	var admit func(*net.TCPConn) error
+	if f.admit != nil {
+		admit = func(nc *net.TCPConn) error {
+			return f.admit(nc.RemoteAddr().(*net.TCPAddr).AddrPort())
+		}
+	}
+	t, err := tcpHandshakeAccept(nc, &f.cfg, admit)
+	close(done)
+	f.mu.Lock()
+	f.halfOpen--
+	f.mu.Unlock()
+	if err != nil {
+		nc.Close()
+		return
+	}
+	c := &Conn{tcp: t}
+	select {
+	case f.acceptq <- c:
+	case <-f.closing:
+		c.Close()
+	}
+}
+
+// acceptConn is accept for net.Listener's Accept (a nil *Conn must not
+// become a non-nil net.Conn).
+func (f *fallbackListener) acceptConn() (net.Conn, error) {
+	c, err := f.accept()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (f *fallbackListener) accept() (*Conn, error) {
+	select {
+	case c := <-f.acceptq:
+		return c, nil
+	case <-f.closing:
+		return nil, &net.OpError{Op: "accept", Net: f.addr.Network(), Addr: f.addr, Err: net.ErrClosed}
+	case <-f.tcpDone:
+		select {
+		case c := <-f.acceptq:
+			return c, nil
+		case <-f.closing:
+			return nil, &net.OpError{Op: "accept", Net: f.addr.Network(), Addr: f.addr, Err: net.ErrClosed}
+		default:
+		}
+		f.mu.Lock()
+		err := f.tcpErr
+		f.mu.Unlock()
+		return nil, &net.OpError{Op: "accept", Net: f.addr.Network(), Addr: f.addr, Err: err}
+	}
+}
+
+func (f *fallbackListener) close() error {
+	f.once.Do(func() {
+		close(f.closing)
+		terr := f.tcp.Close()
+		var rerr error
+		if f.rdma != nil {
+			rerr = f.rdma.Close()
+		}
+		f.wg.Wait()
+		for {
+			select {
+			case c := <-f.acceptq:
+				c.Close()
+				continue
+			default:
+			}
+			break
+		}
+		if rerr != nil {
+			f.closeErr = rerr
+		} else if terr != nil {
+			f.closeErr = &net.OpError{Op: "close", Net: "tcp", Addr: f.tcp.Addr(), Err: sockErr(terr)}
+		}
+	})
+	return f.closeErr
+}
+
+// TCPOnlyReason returns why a listener made with ListenConfig.Fallback
+// listens on TCP alone (rdma_cm could not listen there: ErrNoDevice,
+// ErrNotRDMAAddress), or nil: it listens on rdma_cm too, or it is not a
+// fallback listener.
+func (l *Listener) TCPOnlyReason() error {
+	if l.fb == nil {
+		return nil
+	}
+	return l.fb.noRDMA
+}

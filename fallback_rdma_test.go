@@ -1,0 +1,278 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+)
+
+// echoAll serves every connection ln accepts with an echo of its stream
+// and of its messages, until ln is closed.
+func echoAll(t *testing.T, ln *Listener, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.AcceptRDMA()
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			var inner sync.WaitGroup
+			inner.Add(1)
+			go func() {
+				defer inner.Done()
+				for {
+					m, err := c.Recv(context.Background())
+					if err != nil {
+						return
+					}
+					if err := c.Send(context.Background(), m); err != nil { // a received Buf sent on
+						return
+					}
+				}
+			}()
+			io.Copy(c, c)
+			inner.Wait()
+			c.CloseWrite()
+		}()
+	}
+}
+
+// roundTrip checks c's stream and message view against an echoAll peer.
+func roundTrip(c *Conn, n int) error {
+	want := bytes.Repeat([]byte(c.LocalAddr().Network()+" "), n/4+1)[:n]
+	go c.Write(want)
+	got := make([]byte, n)
+	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
+		return fmt.Errorf("%s stream echo of %d bytes: %v", c.LocalAddr().Network(), n, err)
+	}
+	b, err := c.Alloc(n)
+	if err != nil {
+		return err
+	}
+	copy(b.Bytes(), want)
+	if err := c.Send(context.Background(), b); err != nil {
+		return err
+	}
+	m, err := c.Recv(context.Background())
+	if err != nil || !bytes.Equal(m.Bytes(), want) {
+		return fmt.Errorf("%s message echo of %d bytes: %v", c.LocalAddr().Network(), n, err)
+	}
+	return m.Release()
+}
+
+// One fallback listener on the wildcard address serves, on one port and at
+// once, an RDMA dial to the RDMA netdev's IP and a fallback dial to
+// 127.0.0.1, which rdma_cm cannot route to: that one falls back to TCP.
+// It also shows that rdma_cm's port space and TCP's are apart: both listen
+// on the same port.
+func TestFallbackListenerServesBothRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	checkLeaksAtEnd(t)
+	g0 := rdmatest.Goroutines()
+	ln, err := (&ListenConfig{Fallback: &Fallback{}}).Listen(context.Background(), "rdma", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln.Addr().Network() != "rdma" || ln.TCPOnlyReason() != nil {
+		t.Fatalf("fallback listener on an RDMA host: Addr %v (%s), TCPOnlyReason %v", ln.Addr(), ln.Addr().Network(), ln.TCPOnlyReason())
+	}
+	port := strconv.Itoa(int(ln.Addr().(*Addr).AddrPort.Port()))
+	var served sync.WaitGroup
+	go echoAll(t, ln, &served)
+
+	type dialRes struct {
+		c   *Conn
+		err error
+	}
+	rdmaCh, tcpCh := make(chan dialRes, 1), make(chan dialRes, 1)
+	go func() { // a plain RDMA dialer: no fallback
+		d := Dialer{Timeout: rdmatest.Scale(10 * time.Second)}
+		c, err := d.DialContext(context.Background(), "rdma", net.JoinHostPort(env.Addr, port))
+		r := dialRes{err: err}
+		if err == nil {
+			r.c = c.(*Conn)
+		}
+		rdmaCh <- r
+	}()
+	go func() {
+		d := Dialer{Timeout: rdmatest.Scale(10 * time.Second), Fallback: &Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
+		c, err := d.DialContext(context.Background(), "rdma", net.JoinHostPort("127.0.0.1", port))
+		r := dialRes{err: err}
+		if err == nil {
+			r.c = c.(*Conn)
+		}
+		tcpCh <- r
+	}()
+	rr, tr := <-rdmaCh, <-tcpCh
+	if rr.err != nil || tr.err != nil {
+		t.Fatalf("rdma dial: %v; fallback dial: %v", rr.err, tr.err)
+	}
+	rc, tc := rr.c, tr.c
+	if rc.LocalAddr().Network() != "rdma" || rc.Transport() != "rdma" || rc.FallbackReason() != nil {
+		t.Fatalf("RDMA dial: %s, %s, %v", rc.LocalAddr().Network(), rc.Transport(), rc.FallbackReason())
+	}
+	if tc.LocalAddr().Network() != "tcp" || tc.Transport() != "tcp" || !fallbackReason(tc.FallbackReason()) {
+		t.Fatalf("fallback dial to 127.0.0.1: %s, %s, reason %v", tc.LocalAddr().Network(), tc.Transport(), tc.FallbackReason())
+	}
+	t.Logf("fallback to TCP because: %v", tc.FallbackReason())
+	if got := tc.RemoteAddr().(*net.TCPAddr).Port; strconv.Itoa(got) != port {
+		t.Fatalf("TCP port %d, RDMA port %s", got, port)
+	}
+	// Both at once, through the same listener.
+	var wg sync.WaitGroup
+	for _, c := range []*Conn{rc, tc} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, n := range []int{1, 1000, 100 << 10} {
+				if err := roundTrip(c, n); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// One-sided on the TCP one is refused; on the RDMA one it is not.
+	buf, _ := tc.Alloc(16)
+	if _, err := tc.Export(buf, RemoteWrite); !errors.Is(err, ErrNotRDMA) {
+		t.Fatalf("Export over TCP: %v", err)
+	}
+	buf.Release()
+	rb, _ := rc.Alloc(16)
+	exp, err := rc.Export(rb, RemoteWrite)
+	if err != nil {
+		t.Fatalf("Export over RDMA: %v", err)
+	}
+	exp.Close()
+	rb.Release()
+	rc.Close()
+	tc.Close()
+	ln.Close()
+	served.Wait()
+	checkFallbackClean(t, g0)
+}
+
+// A fallback dialer to a fallback listener on the RDMA netdev's IP, and a
+// plain one, stay on RDMA.
+func TestFallbackDialerStaysOnRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	checkLeaksAtEnd(t)
+	ln, err := (&ListenConfig{Fallback: &Fallback{}}).Listen(context.Background(), "rdma", net.JoinHostPort(env.Addr, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served sync.WaitGroup
+	go echoAll(t, ln, &served)
+	for _, d := range []Dialer{
+		{Timeout: rdmatest.Scale(10 * time.Second), Fallback: &Fallback{RDMATimeout: rdmatest.Scale(5 * time.Second)}},
+		{Timeout: rdmatest.Scale(10 * time.Second)},
+	} {
+		nc, err := d.DialContext(context.Background(), "tcp", ln.Addr().String()) // "tcp" as net/http asks
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := nc.(*Conn)
+		if c.LocalAddr().Network() != "rdma" || c.RemoteAddr().Network() != "rdma" || c.Transport() != "rdma" || c.FallbackReason() != nil {
+			t.Fatalf("dial (fallback %v): %s, %s, %v", d.Fallback != nil, c.LocalAddr().Network(), c.Transport(), c.FallbackReason())
+		}
+		if err := roundTrip(c, 10<<10); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	ln.Close()
+	served.Wait()
+}
+
+// The RDMA netdev's IP, where the peer listens on TCP alone (a fallback
+// listener whose rdma_cm part is absent, as on a host without RDMA):
+// rdma_cm's connect is refused (REJ, no listener), and the dialer falls
+// back.
+func TestFallbackRefusedFallsBackRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	checkLeaksAtEnd(t)
+	g0 := rdmatest.Goroutines()
+	tl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(env.Addr)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := ListenConfig{}
+	cfg := lc.Config.withDefaults()
+	ln := lc.newFallbackListener(&cfg, nil, ErrNoDevice, tl)
+	var served sync.WaitGroup
+	go echoAll(t, ln, &served)
+	d := Dialer{Timeout: rdmatest.Scale(10 * time.Second), Fallback: &Fallback{RDMATimeout: rdmatest.Scale(5 * time.Second)}}
+	start := time.Now()
+	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*Conn)
+	t.Logf("fell back after %v: %v", time.Since(start), c.FallbackReason())
+	if c.LocalAddr().Network() != "tcp" || !errors.Is(c.FallbackReason(), syscall.ECONNREFUSED) {
+		t.Fatalf("dial to a TCP-only peer on an RDMA address: %s, reason %v (want ECONNREFUSED)", c.LocalAddr().Network(), c.FallbackReason())
+	}
+	if err := roundTrip(c, 50<<10); err != nil {
+		t.Fatal(err)
+	}
+	// Without Fallback the same dial is refused.
+	if _, err := (&Dialer{Timeout: rdmatest.Scale(10 * time.Second)}).DialContext(context.Background(), "rdma", ln.Addr().String()); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("plain dial to a TCP-only peer: %v, want ECONNREFUSED", err)
+	}
+	c.Close()
+	ln.Close()
+	served.Wait()
+	checkFallbackClean(t, g0)
+}
+
+// A peer that answers neither rdma_cm nor TCP (an address on the RDMA
+// netdev's subnet where no host is): the RDMA attempt ends at
+// Fallback.RDMATimeout, TCP at the Dialer's Timeout, and the error says
+// both.
+func TestFallbackBoundRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	checkLeaksAtEnd(t)
+	ip := net.ParseIP(env.Addr).To4()
+	if ip == nil {
+		t.Skip("needs an IPv4 test address")
+	}
+	ghost := net.IPv4(ip[0], ip[1], ip[2], ip[3]^0x55).String()
+	rdmaBound, total := rdmatest.Scale(100*time.Millisecond), rdmatest.Scale(400*time.Millisecond)
+	d := Dialer{Timeout: total, Fallback: &Fallback{RDMATimeout: rdmaBound}}
+	start := time.Now()
+	_, err := d.DialContext(context.Background(), "rdma", net.JoinHostPort(ghost, "7471"))
+	el := time.Since(start)
+	t.Logf("after %v: %v", el, err)
+	if err == nil {
+		t.Fatal("dial to nobody succeeded")
+	}
+	if el > total+rdmatest.Scale(time.Second) {
+		t.Fatalf("dial took %v, bound %v", el, total)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "RDMA failed (") || !strings.Contains(msg, "then TCP failed") {
+		// Route resolution may fail before the bound (no neighbour): still a fallback.
+		t.Fatalf("error does not tell both attempts: %v", err)
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
+		t.Fatalf("%v: a timeout whose Timeout() is false", err)
+	}
+}

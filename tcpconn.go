@@ -1,0 +1,679 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/verbline/rdma/buffer"
+)
+
+// tcpConn is the inside of a TCP-backed *Conn (fallback.go): the stream
+// and the message view framed over one TCP connection (tcpframe.go), with
+// the semantics of the RDMA ones. One goroutine reads frames and hands
+// stream chunks and messages to Read and Recv (bounded queues: a receiver
+// that reads neither stops the peer, as a closed RDMA credit window does);
+// one goroutine writes the frames Write, Send and CloseWrite queue, in
+// order, so that a deadline or a Close never cuts a frame in half.
+type tcpConn struct {
+	// Immutable after newTCPConn.
+	nc           *net.TCPConn
+	cfg          Config
+	laddr, raddr net.Addr
+	lim          frameLimits // what this side accepts
+	peerMaxMsg   int         // the largest message the peer accepts
+	peerChunk    int         // the largest stream frame the peer accepts
+	pool         *buffer.Pool
+	// fallbackReason is why a fallback dial took TCP (the RDMA attempt's
+	// error); nil on the listener's side.
+	fallbackReason error
+
+	closing    chan struct{}   // closed by Close
+	ctx        context.Context // ends with Close: bounds the reader's wait for a buffer
+	cancel     context.CancelFunc
+	closeOnce  sync.Once
+	closeErr   error
+	readerDone chan struct{} // closed when readLoop ends, after rerr is set
+	writerDone chan struct{} // closed when writeLoop ends
+
+	// The reader's side. streamQ and msgs are closed by readLoop, their
+	// only sender, when it ends; rerr (set before) says why.
+	streamQ    chan buffer.Buf
+	msgs       chan buffer.Buf
+	notes      chan Notification // never sent on: closed with msgs
+	rerr       error
+	readMu     sync.Mutex // one Read at a time; guards cur
+	cur        buffer.Buf // the stream chunk being read
+	curOff     int
+	rdDeadline deadline
+
+	// The writer's side. Producers hold wmu shared while they queue, Close
+	// exclusively to stop them; wmu guards closed and finSent.
+	out        chan outFrame
+	wmu        sync.RWMutex
+	closed     bool
+	finSent    bool
+	writeMu    sync.Mutex // one Write or CloseWrite at a time: a Write's chunks stay together
+	wrDeadline deadline
+	wdead      chan struct{} // closed when writing failed; werr says why
+	werr       error
+	werrOnce   sync.Once
+	opDone     chan OpCompletion
+	asyncOut   atomic.Int64 // PostSends queued whose completion is not yet on opDone
+}
+
+// outFrame is one frame for the writer, or a CloseWrite / Close mark.
+type outFrame struct {
+	typ   byte       // frameStream, frameMessage, or frameFIN / frameStop (local only)
+	buf   buffer.Buf // the payload (a stream chunk's copy, or the message itself)
+	async bool       // a PostSend: its end goes to opDone with id
+	id    uint64
+}
+
+const (
+	frameFIN  = 0xfe // CloseWrite: shut down TCP's writing side after the frames before it
+	frameStop = 0xff // Close: the writer ends after the frames before it
+)
+
+// tcpPool holds the TCP-backed connections' buffers: Alloc, received
+// messages and stream chunks. It is not registered with any device.
+var tcpPool struct {
+	once sync.Once
+	p    *buffer.Pool
+	err  error
+}
+
+func fallbackPool() (*buffer.Pool, error) {
+	tcpPool.once.Do(func() {
+		tcpPool.p, tcpPool.err = buffer.NewPool(nil, buffer.Options{})
+	})
+	return tcpPool.p, tcpPool.err
+}
+
+// tcpLimits are the limits a side with cfg (defaults applied) accepts.
+func tcpLimits(cfg *Config, pool *buffer.Pool) frameLimits {
+	maxMsg := pool.MaxSize()
+	if cfg.MaxMessageSize > 0 {
+		maxMsg = min(maxMsg, cfg.MaxMessageSize)
+	}
+	maxMsg = min(max(maxMsg, cfg.BufferSize), pool.MaxSize())
+	return frameLimits{maxMessage: maxMsg, maxChunk: min(cfg.BufferSize, pool.MaxSize())}
+}
+
+func (lim frameLimits) hello() tcpHello {
+	return tcpHello{Major: tcpMajor, Minor: tcpMinor, MaxMessage: uint32(lim.maxMessage), MaxChunk: uint32(lim.maxChunk)}
+}
+
+// tcpHandshakeDial runs the dialer's half of the hello exchange on nc,
+// bounded by ctx.
+func tcpHandshakeDial(ctx context.Context, nc *net.TCPConn, cfg *Config) (*tcpConn, error) {
+	pool, err := fallbackPool()
+	if err != nil {
+		return nil, err
+	}
+	lim := tcpLimits(cfg, pool)
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	defer stop()
+	if d, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(d)
+	}
+	h := lim.hello()
+	if _, err := nc.Write(h.appendTo(nil)); err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	peer, err := readTCPHello(nc)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	if peer.Reject {
+		return nil, fmt.Errorf("%w: listener refused the connection: %s", ErrHandshake, peer.Reason)
+	}
+	if !stop() {
+		return nil, ctxErr(ctx, os.ErrDeadlineExceeded)
+	}
+	nc.SetDeadline(time.Time{})
+	return newTCPConn(nc, cfg, pool, lim, peer), nil
+}
+
+// tcpHandshakeAccept runs the listener's half on nc: read the dialer's
+// hello, ask admit, answer (or refuse) within cfg.HandshakeTimeout.
+func tcpHandshakeAccept(nc *net.TCPConn, cfg *Config, admit func(*net.TCPConn) error) (*tcpConn, error) {
+	pool, err := fallbackPool()
+	if err != nil {
+		return nil, err
+	}
+	lim := tcpLimits(cfg, pool)
+	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
+	peer, err := readTCPHello(nc)
+	if err != nil {
+		if errors.Is(err, ErrHandshake) && !errors.Is(err, errNotFallbackPeer) {
+			// A fallback dialer of another version: tell it why.
+			nc.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true, Reason: err.Error()}).appendTo(nil))
+		}
+		return nil, err
+	}
+	if peer.Reject {
+		return nil, fmt.Errorf("%w: a dialer sent a reject", ErrHandshake)
+	}
+	if admit != nil {
+		if aerr := admit(nc); aerr != nil {
+			nc.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true, Reason: aerr.Error()}).appendTo(nil))
+			return nil, aerr
+		}
+	}
+	h := lim.hello()
+	if _, err := nc.Write(h.appendTo(nil)); err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return newTCPConn(nc, cfg, pool, lim, peer), nil
+}
+
+// ctxErr is err, or the context's reason if ctx ended (its AfterFunc set
+// the deadline that caused err).
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return os.ErrDeadlineExceeded
+	}
+	return ctx.Err()
+}
+
+func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim frameLimits, peer tcpHello) *tcpConn {
+	if cfg.KeepAlive > 0 {
+		nc.SetKeepAlive(true)
+		nc.SetKeepAlivePeriod(cfg.KeepAlive)
+	} else if cfg.KeepAlive < 0 {
+		nc.SetKeepAlive(false)
+	}
+	nc.SetNoDelay(true)
+	t := &tcpConn{
+		nc: nc, cfg: *cfg, laddr: nc.LocalAddr(), raddr: nc.RemoteAddr(), lim: lim,
+		peerMaxMsg: min(int(peer.MaxMessage), pool.MaxSize()),
+		peerChunk:  min(int(peer.MaxChunk), pool.MaxSize()),
+		pool:       pool,
+		closing:    make(chan struct{}),
+		readerDone: make(chan struct{}),
+		writerDone: make(chan struct{}),
+		streamQ:    make(chan buffer.Buf, cfg.RecvBuffers),
+		msgs:       make(chan buffer.Buf, cfg.RecvBuffers),
+		notes:      make(chan Notification),
+		rdDeadline: makeDeadline(),
+		out:        make(chan outFrame, cfg.SendBuffers),
+		wrDeadline: makeDeadline(),
+		wdead:      make(chan struct{}),
+		opDone:     make(chan OpCompletion, cfg.SendBuffers),
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	go t.readLoop()
+	go t.writeLoop()
+	return t
+}
+
+func (t *tcpConn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: t.laddr, Addr: t.raddr, Err: err}
+}
+
+// sockErr strips the socket's own *net.OpError, so that errors leaving the
+// Conn are wrapped once, with the Conn's operation.
+func sockErr(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Err
+	}
+	return err
+}
+
+// readLoop reads frames until the connection ends.
+func (t *tcpConn) readLoop() {
+	defer close(t.readerDone)
+	var hdr [frameHeaderLen]byte
+	var err error
+	for err == nil {
+		var typ byte
+		var n int
+		typ, n, err = readFrameHeader(t.nc, &hdr, t.lim)
+		if err != nil {
+			break
+		}
+		b, gerr := t.pool.GetWait(t.ctx, n)
+		if gerr != nil {
+			err = gerr
+			break
+		}
+		if err = readFramePayload(t.nc, b.Bytes()); err != nil {
+			b.Release()
+			break
+		}
+		q := t.streamQ
+		if typ == frameMessage {
+			q = t.msgs
+		}
+		select {
+		case q <- b:
+		case <-t.closing:
+			b.Release()
+			err = net.ErrClosed
+		}
+	}
+	if errors.Is(err, ErrProtocol) {
+		t.nc.Close() // the peer broke the protocol: the connection ends both ways
+	}
+	t.rerr = sockErr(err)
+	close(t.streamQ)
+	close(t.msgs)
+	close(t.notes)
+}
+
+// writeLoop writes queued frames, several per system call when they queue
+// up, until Close's stop mark.
+func (t *tcpConn) writeLoop() {
+	defer close(t.writerDone)
+	batch := make([]outFrame, 0, 64)
+	hdrs := make([][frameHeaderLen]byte, 64)
+	var iov net.Buffers
+	for {
+		batch = append(batch[:0], <-t.out)
+	gather:
+		for len(batch) < cap(batch) && batch[len(batch)-1].typ < frameFIN {
+			select {
+			case f := <-t.out:
+				batch = append(batch, f)
+			default:
+				break gather
+			}
+		}
+		iov = iov[:0]
+		for i, f := range batch {
+			if f.typ >= frameFIN {
+				continue
+			}
+			putFrameHeader(&hdrs[i], f.typ, f.buf.Len())
+			iov = append(iov, hdrs[i][:])
+			if f.buf.Len() > 0 {
+				iov = append(iov, f.buf.Bytes())
+			}
+		}
+		var err error
+		if len(iov) > 0 && !t.writeFailed() {
+			_, err = iov.WriteTo(t.nc)
+			if err != nil {
+				t.failWrite(sockErr(err))
+			}
+		}
+		if t.writeFailed() {
+			err = t.werr
+		}
+		for _, f := range batch {
+			switch f.typ {
+			case frameFIN:
+				if err == nil {
+					if err = t.nc.CloseWrite(); err != nil {
+						t.failWrite(sockErr(err))
+					}
+				}
+			case frameStop:
+				return
+			default:
+				f.buf.Release()
+				if f.async {
+					t.opDone <- OpCompletion{ID: f.id, Err: t.wrapAsync(err)}
+					t.asyncOut.Add(-1)
+				}
+			}
+		}
+	}
+}
+
+func (t *tcpConn) wrapAsync(err error) error {
+	if err == nil {
+		return nil
+	}
+	return t.opError("send", err)
+}
+
+func (t *tcpConn) failWrite(err error) {
+	t.werrOnce.Do(func() {
+		t.werr = err
+		close(t.wdead)
+	})
+}
+
+func (t *tcpConn) writeFailed() bool { return isClosedChan(t.wdead) }
+
+// queue hands f to the writer, waiting for room (bounded by ctx, the write
+// deadline and Close). On failure f is the caller's still.
+func (t *tcpConn) queue(ctx context.Context, f outFrame) error {
+	t.wmu.RLock()
+	defer t.wmu.RUnlock()
+	if err := t.writeErr(); err != nil {
+		return err
+	}
+	select {
+	case t.out <- f:
+		return nil
+	default:
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case t.out <- f:
+		return nil
+	case <-t.closing:
+		return net.ErrClosed
+	case <-t.wdead:
+		return t.werr
+	case <-t.wrDeadline.wait():
+		return os.ErrDeadlineExceeded
+	case <-done:
+		return ctx.Err()
+	}
+}
+
+// writeErr says why nothing can be written now, or nil. Called with wmu held.
+func (t *tcpConn) writeErr() error {
+	switch {
+	case t.closed || isClosedChan(t.closing):
+		return net.ErrClosed
+	case t.finSent:
+		return syscall.EPIPE // after CloseWrite, as for TCP
+	case t.writeFailed():
+		return t.werr
+	case t.wrDeadline.expired():
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+func (t *tcpConn) read(b []byte) (int, error) {
+	n, err := t.readStream(b)
+	if err != nil && err != io.EOF {
+		err = t.opError("read", err)
+	}
+	return n, err
+}
+
+func (t *tcpConn) readStream(b []byte) (int, error) {
+	t.readMu.Lock()
+	defer t.readMu.Unlock()
+	for {
+		if isClosedChan(t.closing) {
+			return 0, net.ErrClosed
+		}
+		if t.rdDeadline.expired() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		if t.cur.Valid() {
+			if len(b) == 0 {
+				return 0, nil
+			}
+			n := copy(b, t.cur.Bytes()[t.curOff:])
+			t.curOff += n
+			if t.curOff == t.cur.Len() {
+				t.cur.Release()
+				t.cur = buffer.Buf{}
+			}
+			return n, nil
+		}
+		var c buffer.Buf
+		var ok bool
+		select {
+		case c, ok = <-t.streamQ:
+		default:
+			if len(b) == 0 {
+				return 0, nil
+			}
+			select {
+			case c, ok = <-t.streamQ:
+			case <-t.rdDeadline.wait():
+				continue
+			case <-t.closing:
+				continue
+			}
+		}
+		if !ok {
+			return 0, t.endErr()
+		}
+		t.cur, t.curOff = c, 0
+	}
+}
+
+// endErr is why the peer's frames ended: io.EOF after its CloseWrite or
+// Close, else the error. Called once readerDone is closed (the queues are).
+func (t *tcpConn) endErr() error {
+	<-t.readerDone
+	switch {
+	case isClosedChan(t.closing):
+		return net.ErrClosed
+	case t.rerr == nil || t.rerr == io.EOF:
+		return io.EOF
+	}
+	return t.rerr
+}
+
+func (t *tcpConn) write(b []byte) (int, error) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if len(b) == 0 {
+		t.wmu.RLock()
+		err := t.writeErr()
+		t.wmu.RUnlock()
+		if err != nil {
+			return 0, t.opError("write", err)
+		}
+		return 0, nil
+	}
+	written := 0
+	for len(b) > 0 {
+		k := min(len(b), t.peerChunk)
+		c, err := t.pool.Get(k)
+		if err != nil {
+			return written, t.opError("write", err)
+		}
+		copy(c.Bytes(), b[:k])
+		if err := t.queue(context.Background(), outFrame{typ: frameStream, buf: c}); err != nil {
+			c.Release()
+			return written, t.opError("write", err)
+		}
+		written += k
+		b = b[k:]
+	}
+	return written, nil
+}
+
+// closeWrite queues the end-of-stream mark after everything written,
+// waiting at most Config.CloseTimeout for room in the send queue (as the
+// RDMA CloseWrite waits for a credit); the writer shuts down TCP's writing
+// side once the frames before it are written.
+func (t *tcpConn) closeWrite() error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.wmu.RLock()
+	fin := t.finSent
+	t.wmu.RUnlock()
+	if fin {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
+	defer cancel()
+	if err := t.queue(ctx, outFrame{typ: frameFIN}); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = &fallbackCloseTimeout{"the send queue stayed full, so the end-of-stream mark could not be queued"}
+		}
+		return t.opError("close", err)
+	}
+	t.wmu.Lock()
+	t.finSent = true
+	t.wmu.Unlock()
+	return nil
+}
+
+// fallbackCloseTimeout is Close's (or CloseWrite's) error when
+// Config.CloseTimeout ran out before what was written reached TCP. It is a
+// timeout, and matches os.ErrDeadlineExceeded.
+type fallbackCloseTimeout struct{ what string }
+
+func (e *fallbackCloseTimeout) Error() string {
+	return "timed out after Config.CloseTimeout: " + e.what + " (the peer stopped reading; the connection was closed anyway)"
+}
+func (e *fallbackCloseTimeout) Timeout() bool        { return true }
+func (e *fallbackCloseTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }
+
+func (t *tcpConn) close() error {
+	t.closeOnce.Do(func() { t.closeErr = t.shutdown() })
+	if t.closeErr != nil {
+		return t.opError("close", t.closeErr)
+	}
+	return nil
+}
+
+func (t *tcpConn) shutdown() error {
+	close(t.closing) // blocked callers leave; queue() sees it
+	t.cancel()
+	t.wmu.Lock() // ... and no producer is inside queue() after this
+	t.closed = true
+	t.wmu.Unlock()
+
+	// The writer delivers what was queued before Close, within CloseTimeout.
+	deadline := time.Now().Add(t.cfg.CloseTimeout)
+	t.nc.SetWriteDeadline(deadline)
+	var err error
+	select {
+	case t.out <- outFrame{typ: frameStop}:
+	case <-t.wdead:
+		// The writer failed; it still drains (without writing) and ends at
+		// the stop mark, which may wait for its room.
+		t.out <- outFrame{typ: frameStop}
+	}
+	<-t.writerDone
+	if t.writeFailed() {
+		var ne net.Error
+		if errors.As(t.werr, &ne) && ne.Timeout() {
+			err = &fallbackCloseTimeout{"data written before Close was not taken by the peer"}
+		}
+	}
+	t.nc.Close() // ends readLoop
+	<-t.readerDone
+	// What nobody received goes back to the pool.
+	for b := range t.streamQ {
+		b.Release()
+	}
+	for b := range t.msgs {
+		b.Release()
+	}
+	t.readMu.Lock()
+	if t.cur.Valid() {
+		t.cur.Release()
+		t.cur = buffer.Buf{}
+	}
+	t.readMu.Unlock()
+	return err
+}
+
+func (t *tcpConn) checkOpen(op string) error {
+	if isClosedChan(t.closing) {
+		return t.opError(op, net.ErrClosed)
+	}
+	return nil
+}
+
+func (t *tcpConn) setDeadline(op string, t0 time.Time, rd, wr bool) error {
+	if err := t.checkOpen(op); err != nil {
+		return err
+	}
+	if rd {
+		t.rdDeadline.set(t0)
+	}
+	if wr {
+		t.wrDeadline.set(t0)
+	}
+	return nil
+}
+
+// The message view, with the RDMA one's rules: a Buf given to Send is the
+// connection's whatever the outcome; a received Buf is the receiver's
+// until its Release.
+
+func (t *tcpConn) alloc(n int) (buffer.Buf, error) {
+	if err := t.checkOpen("alloc"); err != nil {
+		return buffer.Buf{}, err
+	}
+	b, err := t.pool.Get(n)
+	if err != nil {
+		return buffer.Buf{}, t.opError("alloc", err)
+	}
+	return b, nil
+}
+
+func (t *tcpConn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) error {
+	if !b.Valid() {
+		return t.opError("send", buffer.ErrReleased)
+	}
+	if b.Len() > t.peerMaxMsg {
+		n := b.Len()
+		b.Release()
+		return t.opError("send", fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, t.peerMaxMsg))
+	}
+	if async {
+		if t.asyncOut.Add(1)+int64(len(t.opDone)) > int64(cap(t.opDone)) {
+			t.asyncOut.Add(-1)
+			b.Release()
+			return t.opError("send", ErrCompletionsFull)
+		}
+	}
+	if err := t.queue(ctx, outFrame{typ: frameMessage, buf: b, async: async, id: id}); err != nil {
+		if async {
+			t.asyncOut.Add(-1)
+		}
+		b.Release()
+		return t.opError("send", err)
+	}
+	return nil
+}
+
+func (t *tcpConn) recv(ctx context.Context) (buffer.Buf, error) {
+	if err := t.checkOpen("recv"); err != nil {
+		return buffer.Buf{}, err
+	}
+	if t.rdDeadline.expired() {
+		return buffer.Buf{}, t.opError("recv", os.ErrDeadlineExceeded)
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case b, ok := <-t.msgs:
+		if ok {
+			return b, nil
+		}
+		if err := t.endErr(); err != io.EOF {
+			return buffer.Buf{}, t.opError("recv", err)
+		}
+		return buffer.Buf{}, io.EOF
+	case <-t.rdDeadline.wait():
+		return buffer.Buf{}, t.opError("recv", os.ErrDeadlineExceeded)
+	case <-t.closing:
+		return buffer.Buf{}, t.opError("recv", net.ErrClosed)
+	case <-done:
+		return buffer.Buf{}, t.opError("recv", ctx.Err())
+	}
+}
+
+// notRDMA is the error of the one-sided calls on a TCP-backed Conn.
+func (t *tcpConn) notRDMA(op string) error { return t.opError(op, ErrNotRDMA) }
+
+// stats is a TCP-backed connection's ConnStats: zero, as none of its
+// counters (posts, work requests, polls) exists over TCP.
+func (t *tcpConn) stats() ConnStats { return ConnStats{} }

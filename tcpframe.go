@@ -1,0 +1,189 @@
+package rdma
+
+// The TCP fallback's wire format (fallback.go): a hello exchange, then
+// frames that carry the stream and the message view over one TCP
+// connection. Version 1.0; every integer is big-endian.
+//
+// Hello (16 bytes), the dialer's first and then the listener's answer:
+//
+//	off size field
+//	  0    4 magic "VLTF" (0x564c5446): anything else is not a verbline fallback peer
+//	  4    1 major version, 1: must equal the receiver's (else it is refused)
+//	  5    1 minor version, 0: accepted whatever it is
+//	  6    1 kind: 0 hello, 1 reject (the listener's refusal)
+//	  7    1 reserved, 0
+//	  8    4 max message: the largest message the sender accepts (hello: >= 1)
+//	 12    4 max chunk: the largest stream frame the sender accepts (hello: >= 1)
+//
+// A reject (kind 1) has zero limits and is followed by a 2-byte reason
+// length (at most maxRejectReason) and the reason in UTF-8; the listener
+// closes the connection after it.
+//
+// Frames (5-byte header, then the payload):
+//
+//	off size field
+//	  0    1 type: 1 stream data, 2 message
+//	  1    4 payload length: stream data 1..the receiver's max chunk,
+//	         a message 0..the receiver's max message
+//
+// The end of the stream and of the messages is TCP's own (the sender's
+// CloseWrite or Close: a FIN after its last frame); a connection that ends
+// inside a frame, an unknown type or a length above the receiver's limit
+// is a protocol error, and the receiver closes the connection.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+const (
+	tcpMagic        = 0x564c5446 // "VLTF"
+	tcpMajor        = 1
+	tcpMinor        = 0
+	tcpHelloLen     = 16
+	tcpKindHello    = 0
+	tcpKindReject   = 1
+	maxRejectReason = 512
+
+	frameHeaderLen = 5
+	frameStream    = 1
+	frameMessage   = 2
+)
+
+// tcpHello is one side's hello (or a listener's reject).
+type tcpHello struct {
+	Major, Minor uint8
+	Reject       bool
+	MaxMessage   uint32 // the largest message the sender accepts
+	MaxChunk     uint32 // the largest stream frame the sender accepts
+	Reason       string // a reject's reason
+}
+
+// appendTo encodes h.
+func (h *tcpHello) appendTo(b []byte) []byte {
+	var kind byte = tcpKindHello
+	if h.Reject {
+		kind = tcpKindReject
+	}
+	b = binary.BigEndian.AppendUint32(b, tcpMagic)
+	b = append(b, h.Major, h.Minor, kind, 0)
+	b = binary.BigEndian.AppendUint32(b, h.MaxMessage)
+	b = binary.BigEndian.AppendUint32(b, h.MaxChunk)
+	if h.Reject {
+		r := h.Reason
+		if len(r) > maxRejectReason {
+			r = r[:maxRejectReason]
+		}
+		b = binary.BigEndian.AppendUint16(b, uint16(len(r)))
+		b = append(b, r...)
+	}
+	return b
+}
+
+// errNotFallbackPeer: the TCP peer did not start with the fallback magic.
+var errNotFallbackPeer = errors.New("the TCP peer is not a verbline fallback peer (no \"VLTF\" hello: " +
+	"a plain TCP service, or a listener without ListenConfig.Fallback, on that port?)")
+
+// readTCPHello reads and checks one hello (with a reject's reason) from r.
+// It reads at most tcpHelloLen+2+maxRejectReason bytes and allocates at
+// most the reason.
+func readTCPHello(r io.Reader) (tcpHello, error) {
+	var b [tcpHelloLen]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return tcpHello{}, fmt.Errorf("%w: the peer closed the connection during the hello", ErrHandshake)
+		}
+		return tcpHello{}, err
+	}
+	if binary.BigEndian.Uint32(b[0:]) != tcpMagic {
+		return tcpHello{}, fmt.Errorf("%w: %w", ErrHandshake, errNotFallbackPeer)
+	}
+	h := tcpHello{Major: b[4], Minor: b[5],
+		MaxMessage: binary.BigEndian.Uint32(b[8:]), MaxChunk: binary.BigEndian.Uint32(b[12:])}
+	switch b[6] {
+	case tcpKindHello:
+		if h.Major != tcpMajor {
+			return h, fmt.Errorf("%w: the peer speaks TCP fallback protocol %d.%d, this side %d.%d",
+				ErrHandshake, h.Major, h.Minor, tcpMajor, tcpMinor)
+		}
+		if h.MaxMessage == 0 || h.MaxChunk == 0 {
+			return h, fmt.Errorf("%w: the peer's hello has a zero limit (max message %d, max chunk %d)",
+				ErrHandshake, h.MaxMessage, h.MaxChunk)
+		}
+	case tcpKindReject:
+		h.Reject = true
+		var l [2]byte
+		if _, err := io.ReadFull(r, l[:]); err != nil {
+			return h, fmt.Errorf("%w: listener refused the connection (its reason was cut off: %w)", ErrHandshake, err)
+		}
+		n := int(binary.BigEndian.Uint16(l[:]))
+		if n > maxRejectReason {
+			return h, fmt.Errorf("%w: listener refused the connection (reason of %d bytes, limit %d)", ErrHandshake, n, maxRejectReason)
+		}
+		reason := make([]byte, n)
+		if _, err := io.ReadFull(r, reason); err != nil {
+			return h, fmt.Errorf("%w: listener refused the connection (its reason was cut off: %w)", ErrHandshake, err)
+		}
+		h.Reason = string(reason)
+	default:
+		return h, fmt.Errorf("%w: unknown hello kind %d from the TCP peer", ErrHandshake, b[6])
+	}
+	return h, nil
+}
+
+// frameLimits are what this side accepts (its hello's limits).
+type frameLimits struct {
+	maxMessage, maxChunk int
+}
+
+// putFrameHeader encodes a frame header into b.
+func putFrameHeader(b *[frameHeaderLen]byte, typ byte, n int) {
+	b[0] = typ
+	binary.BigEndian.PutUint32(b[1:], uint32(n))
+}
+
+// parseFrameHeader decodes and checks a frame header against lim: the
+// payload length it returns is within lim, so the caller may allocate it.
+func parseFrameHeader(b *[frameHeaderLen]byte, lim frameLimits) (typ byte, n int, err error) {
+	typ = b[0]
+	u := binary.BigEndian.Uint32(b[1:])
+	switch typ {
+	case frameStream:
+		if u == 0 || u > uint32(lim.maxChunk) {
+			return typ, 0, fmt.Errorf("%w: stream frame of %d bytes (this side accepts 1..%d)", ErrProtocol, u, lim.maxChunk)
+		}
+	case frameMessage:
+		if u > uint32(lim.maxMessage) {
+			return typ, 0, fmt.Errorf("%w: message of %d bytes (this side's MaxMessageSize is %d)", ErrProtocol, u, lim.maxMessage)
+		}
+	default:
+		return typ, 0, fmt.Errorf("%w: unknown frame type %d", ErrProtocol, typ)
+	}
+	return typ, int(u), nil
+}
+
+// readFrameHeader reads the next frame header from r. At a frame boundary
+// the end of r is io.EOF (the peer's end of stream); inside a header it is
+// a protocol error.
+func readFrameHeader(r io.Reader, b *[frameHeaderLen]byte, lim frameLimits) (typ byte, n int, err error) {
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, 0, fmt.Errorf("%w: the connection ended inside a frame header", ErrProtocol)
+		}
+		return 0, 0, err
+	}
+	return parseFrameHeader(b, lim)
+}
+
+// readFramePayload fills p from r; the end of r here is a protocol error.
+func readFramePayload(r io.Reader, p []byte) error {
+	if _, err := io.ReadFull(r, p); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: the connection ended inside a %d-byte frame", ErrProtocol, len(p))
+		}
+		return err
+	}
+	return nil
+}
