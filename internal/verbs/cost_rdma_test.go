@@ -3,7 +3,10 @@
 package verbs
 
 import (
+	"runtime"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The costs below are what the library's data path is made of, measured
@@ -12,8 +15,21 @@ import (
 //
 //	scripts/softroce run -- .build/verbs.test -test.run '^$' -test.bench Cost -test.benchtime 20000x
 //
-// A cgo crossing is BenchmarkCostPollEmpty less BenchmarkCostPollTries's
-// per-poll cost.
+// A crossing into C is BenchmarkCostPollEmpty less BenchmarkCostPollTries's
+// per-poll cost. Each runs twice: through cgo ("cgo") and through the fast
+// calls the data path uses ("fast", fastcall.go).
+
+// bothCalls runs f as sub-benchmarks through cgo and through fast calls.
+func bothCalls(b *testing.B, f func(b *testing.B)) {
+	for _, fast := range []bool{false, true} {
+		name := map[bool]string{false: "cgo", true: "fast"}[fast]
+		b.Run(name, func(b *testing.B) {
+			old := SetFastCalls(fast)
+			defer SetFastCalls(old)
+			f(b)
+		})
+	}
+}
 
 func costCQ(b *testing.B) *CQ {
 	ctx, _, _, _ := testDevice(b)
@@ -26,7 +42,9 @@ func costCQ(b *testing.B) *CQ {
 }
 
 // BenchmarkCostPollEmpty: one cgo call that polls an empty CQ once.
-func BenchmarkCostPollEmpty(b *testing.B) {
+func BenchmarkCostPollEmpty(b *testing.B) { bothCalls(b, costPollEmpty) }
+
+func costPollEmpty(b *testing.B) {
 	cq := costCQ(b)
 	wcs := make([]WC, 16)
 	b.ResetTimer()
@@ -36,7 +54,9 @@ func BenchmarkCostPollEmpty(b *testing.B) {
 }
 
 // BenchmarkCostPollTries: polls of an empty CQ inside one cgo call, per poll.
-func BenchmarkCostPollTries(b *testing.B) {
+func BenchmarkCostPollTries(b *testing.B) { bothCalls(b, costPollTries) }
+
+func costPollTries(b *testing.B) {
 	cq := costCQ(b)
 	wcs := make([]WC, 16)
 	const tries = 1000
@@ -50,7 +70,9 @@ func BenchmarkCostPollTries(b *testing.B) {
 // process, one thread doing both sides' work (post receive, post send, poll
 // until both completions) through the same cgo calls the library makes: the
 // cost of a round trip without Go's scheduler, channels or locks.
-func BenchmarkCostPingPong(b *testing.B) {
+func BenchmarkCostPingPong(b *testing.B) { bothCalls(b, costPingPong) }
+
+func costPingPong(b *testing.B) {
 	ctx, port, dev, gid := testDevice(b)
 	lim := port.Limits(dev)
 	pd, err := ctx.AllocPD()
@@ -107,5 +129,126 @@ func BenchmarkCostPingPong(b *testing.B) {
 	for range b.N {
 		oneWay(a, c)
 		oneWay(c, a)
+	}
+}
+
+// BenchmarkCostPingPongThreads: the floor for a Go ping-pong. Two QPs of
+// one process, each side a goroutine locked to its own thread and pinned
+// to its own CPU (as perftest's two processes are), busy-polling its own
+// CQ, reposting the receive and answering in one call into C, signaling
+// one send in 16: what a Go program pays per round trip with no library
+// logic (locks, credits, waiters) on the path. One op is a round trip;
+// divide by 2 for perftest's one-way figure. Needs 2 CPUs.
+func BenchmarkCostPingPongThreads(b *testing.B) { bothCalls(b, costPingPongThreads) }
+
+func costPingPongThreads(b *testing.B) {
+	if runtime.NumCPU() < 2 {
+		b.Skip("needs 2 CPUs")
+	}
+	ctx, port, dev, gid := testDevice(b)
+	lim := port.Limits(dev)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pd.Close()
+	mem := make([]byte, 4*4096)
+	mr, err := pd.RegMR(mem, AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer mr.Close()
+	type side struct {
+		cq  *CQ
+		qp  *QP
+		buf uint64 // send buffer; the receive buffer follows it
+	}
+	sides := make([]side, 2)
+	for i := range sides {
+		cq, err := ctx.CreateCQ(64, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cq.Close()
+		qp, err := pd.CreateQP(QPConfig{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SendWR: 64, RecvWR: 64, InlineData: 64})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer qp.Close()
+		sides[i] = side{cq: cq, qp: qp, buf: mr.Addr() + uint64(i)*8192}
+	}
+	connectPair(b, QPTypeRC, port, lim, gid, sides[0].qp, sides[1].qp)
+	recvWR := func(s side) []RecvWR {
+		return []RecvWR{{WRID: 2, Addr: s.buf + 4096, Len: 4096, LKey: mr.LKey}}
+	}
+	for _, s := range sides {
+		if err := s.qp.PostRecv(recvWR(s)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	n := b.N
+	// run is one side: the client (first) sends first; each waits for the
+	// other's message, reposts the receive with its reply.
+	run := func(s side, cpu int, first bool, errc chan<- error) {
+		runtime.LockOSThread()
+		var set unix.CPUSet
+		set.Set(cpu)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			errc <- err
+			return
+		}
+		wcs := make([]WC, 16)
+		recvs := recvWR(s)
+		send := []SendWR{{WRID: 1, Addr: s.buf, Len: 64, LKey: mr.LKey, Opcode: OpSend}}
+		post := func(i int, withRecv bool) error {
+			send[0].Flags = SendInline
+			if i%16 == 15 {
+				send[0].Flags |= SendSignaled
+			}
+			if withRecv {
+				_, err := s.qp.PostRecvSend(recvs, send)
+				return err
+			}
+			return s.qp.PostSend(send)
+		}
+		if first {
+			if err := post(0, false); err != nil {
+				errc <- err
+				return
+			}
+		}
+		for i := 0; i < n; i++ {
+			for got := false; !got; {
+				k, err := s.cq.PollTries(wcs, 16)
+				if err != nil {
+					errc <- err
+					return
+				}
+				for _, wc := range wcs[:k] {
+					if err := wc.Err(); err != nil {
+						errc <- err
+						return
+					}
+					got = got || wc.WRID == 2
+				}
+			}
+			if first && i == n-1 {
+				break // the last reply arrived
+			}
+			if err := post(i+1, true); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}
+	errc := make(chan error, 2)
+	b.ResetTimer()
+	go run(sides[1], 0, false, errc)
+	go run(sides[0], 1, true, errc)
+	for range 2 {
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -72,6 +72,21 @@ static int poll_cq_tries(struct ibv_cq *cq, gowc *out, int n, int tries) {
 	return 0;
 }
 
+// The fast-call form of poll_cq / poll_cq_tries (fastcall.go): one
+// argument block, called through the runtime's asmcgocall.
+typedef struct {
+	struct ibv_cq *cq;
+	gowc *out;
+	int32_t n, tries, ret;
+} poll_args;
+
+static void poll_fast(void *p) {
+	poll_args *a = p;
+	a->ret = a->tries > 1 ? poll_cq_tries(a->cq, a->out, a->n, a->tries) : poll_cq(a->cq, a->out, a->n);
+}
+
+static void *poll_fast_fn(void) { return (void *)poll_fast; }
+
 static int set_nonblock(int fd) {
 	int fl = fcntl(fd, F_GETFL);
 	if (fl < 0) return -errno;
@@ -261,11 +276,11 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, nil
 	}
-	n := C.poll_cq(q.cq, (*C.gowc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs)))
+	n := q.poll(wcs, 1)
 	if n < 0 {
-		return 0, errnoErr("ibv_poll_cq", nil, n)
+		return 0, errnoErr("ibv_poll_cq", nil, C.int(n))
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // PollSpin is Poll that keeps polling inside one cgo call for up to spin.
@@ -286,11 +301,28 @@ func (q *CQ) PollTries(wcs []WC, tries int) (int, error) {
 	if len(wcs) == 0 {
 		return 0, nil
 	}
-	n := C.poll_cq_tries(q.cq, (*C.gowc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs)), C.int(tries))
+	n := q.poll(wcs, tries)
 	if n < 0 {
-		return 0, errnoErr("ibv_poll_cq", nil, n)
+		return 0, errnoErr("ibv_poll_cq", nil, C.int(n))
 	}
-	return int(n), nil
+	return n, nil
+}
+
+var pollFastFn = unsafe.Pointer(C.poll_fast_fn())
+
+// poll polls up to tries times inside C until something completes, and
+// returns what ibv_poll_cq returned (a count, or negative on error). len(wcs)
+// must be at least 1.
+func (q *CQ) poll(wcs []WC, tries int) int {
+	if fastCalls {
+		a := C.poll_args{cq: q.cq, out: (*C.gowc)(unsafe.Pointer(&wcs[0])), n: C.int32_t(len(wcs)), tries: C.int32_t(tries)}
+		asmcgocall(pollFastFn, unsafe.Pointer(&a))
+		return int(a.ret)
+	}
+	if tries > 1 {
+		return int(C.poll_cq_tries(q.cq, (*C.gowc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs)), C.int(tries)))
+	}
+	return int(C.poll_cq(q.cq, (*C.gowc)(unsafe.Pointer(&wcs[0])), C.int(len(wcs))))
 }
 
 // ReqNotify arms the CQ: the next completion raises an event on its channel.

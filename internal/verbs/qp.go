@@ -81,6 +81,28 @@ static int post_recv_send(struct ibv_qp *qp, gorecvwr *rin, int nr, gosendwr *si
 	return ret == 0 ? 0 : -((-ret) | (1 << 20));
 }
 
+// The fast-call form of post_recv / post_send / post_recv_send
+// (fastcall.go): one argument block, called through the runtime's
+// asmcgocall.
+typedef struct {
+	struct ibv_qp *qp;
+	gorecvwr *rin;
+	gosendwr *sin;
+	int32_t nr, ns, ret;
+} post_args;
+
+static void post_fast(void *p) {
+	post_args *a = p;
+	if (a->nr > 0 && a->ns > 0)
+		a->ret = post_recv_send(a->qp, a->rin, a->nr, a->sin, a->ns);
+	else if (a->ns > 0)
+		a->ret = post_send(a->qp, a->sin, a->ns);
+	else
+		a->ret = post_recv(a->qp, a->rin, a->nr);
+}
+
+static void *post_fast_fn(void) { return (void *)post_fast; }
+
 static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uint32_t qkey,
 		uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey) {
 	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
@@ -283,7 +305,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		n := min(len(wrs), postBatch)
 		q.posts.Add(1)
 		q.sendPosts.Add(1)
-		if ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
+		if ret := q.post(nil, wrs[:n]); ret != 0 {
 			return postError("ibv_post_send", q.Num, -ret)
 		}
 		q.countSends(wrs[:n])
@@ -298,7 +320,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		n := min(len(wrs), postBatch)
 		q.posts.Add(1)
 		q.recvPosts.Add(1)
-		if ret := C.post_recv(q.qp, (*C.gorecvwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
+		if ret := q.post(wrs[:n], nil); ret != 0 {
 			return postError("ibv_post_recv", q.Num, -ret)
 		}
 		q.wrsPosted.Add(uint64(n))
@@ -323,8 +345,7 @@ func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err
 	q.posts.Add(1)
 	q.recvPosts.Add(1)
 	q.sendPosts.Add(1)
-	if ret := C.post_recv_send(q.qp, (*C.gorecvwr)(unsafe.Pointer(&recvs[0])), C.int(len(recvs)),
-		(*C.gosendwr)(unsafe.Pointer(&sends[0])), C.int(len(sends))); ret != 0 {
+	if ret := q.post(recvs, sends); ret != 0 {
 		if -ret&(1<<20) != 0 {
 			q.wrsPosted.Add(uint64(len(recvs)))
 			q.recvWRs.Add(uint64(len(recvs)))
@@ -336,6 +357,34 @@ func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err
 	q.recvWRs.Add(uint64(len(recvs)))
 	q.countSends(sends)
 	return true, nil
+}
+
+var postFastFn = unsafe.Pointer(C.post_fast_fn())
+
+// post posts receives, sends, or both (receives first) in one call into C,
+// each at most postBatch requests, and returns the C function's code (0, or
+// negative: see post_send and post_recv_send).
+func (q *QP) post(recvs []RecvWR, sends []SendWR) C.int {
+	var rin *C.gorecvwr
+	var sin *C.gosendwr
+	if len(recvs) > 0 {
+		rin = (*C.gorecvwr)(unsafe.Pointer(&recvs[0]))
+	}
+	if len(sends) > 0 {
+		sin = (*C.gosendwr)(unsafe.Pointer(&sends[0]))
+	}
+	if fastCalls {
+		a := C.post_args{qp: q.qp, rin: rin, sin: sin, nr: C.int32_t(len(recvs)), ns: C.int32_t(len(sends))}
+		asmcgocall(postFastFn, unsafe.Pointer(&a))
+		return C.int(a.ret)
+	}
+	switch {
+	case len(recvs) > 0 && len(sends) > 0:
+		return C.post_recv_send(q.qp, rin, C.int(len(recvs)), sin, C.int(len(sends)))
+	case len(sends) > 0:
+		return C.post_send(q.qp, sin, C.int(len(sends)))
+	}
+	return C.post_recv(q.qp, rin, C.int(len(recvs)))
 }
 
 // countSends counts posted send requests: how many, signaled, inline.

@@ -1,0 +1,51 @@
+//go:build linux && cgo
+
+package verbs
+
+import (
+	"os"
+	"unsafe"
+)
+
+// The data path's calls into C (poll, post) are short and never call back
+// into Go: a poll is a few loads from a ring the NIC (or Soft-RoCE) fills,
+// bounded by a try count; a post writes work requests and rings a doorbell
+// (an MMIO write on hardware, a write(2) to the uverbs device on Soft-RoCE,
+// where the kernel transmits before it returns). For such calls the cgo
+// runtime transition (entersyscall, exitsyscall, pointer checks) costs more
+// than the work: 390 ns against 60 ns per call in the Soft-RoCE guest
+// (BenchmarkCostCall*), on a path that makes two such calls per message.
+//
+// So these calls switch to the system stack and call C directly, through
+// the runtime's asmcgocall, as a cgo call does minus the scheduler
+// bookkeeping. What that gives up, and why it is acceptable here: the P is
+// not released during the call (nothing else can run on it, and a garbage
+// collection's stop-the-world waits for the call to return), which is a
+// matter of microseconds for these calls; a C function that blocked or
+// called back into Go would be a bug. Everything else (device set-up,
+// events, queries) goes through cgo as usual.
+//
+// VERBLINE_CGO=safe in the environment turns the fast calls off: every call
+// then goes through cgo (for debugging, or a platform where the fast path
+// misbehaves).
+var fastCalls = os.Getenv("VERBLINE_CGO") != "safe"
+
+// asmcgocall runs fn(arg) on the system stack (the runtime keeps this
+// linkname available: go.dev/issue/67401).
+//
+//go:linkname asmcgocall runtime.asmcgocall
+//go:noescape
+func asmcgocall(fn, arg unsafe.Pointer) int32
+
+// FastCalls reports whether poll and post calls bypass the cgo runtime
+// transition (see VERBLINE_CGO).
+func FastCalls() bool { return fastCalls }
+
+// SetFastCalls switches the fast calls on or off (for tests and the cost
+// benchmarks) and returns the previous setting. Not safe while other
+// goroutines post or poll.
+func SetFastCalls(on bool) bool {
+	old := fastCalls
+	fastCalls = on
+	return old
+}
