@@ -118,11 +118,17 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 // the connection from the call on, whatever the outcome, and is released
 // once the NIC is done with it. The peer receives it whole on Messages().
 // A failure after posting ends the connection and shows in the next call.
+// b should come from this connection's Alloc (or a Conn's on the same
+// device); any other Buf is copied into one first.
 func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
 	if c.tcp != nil {
 		return c.tcp.send(ctx, b, false, 0)
 	}
 	n := b.Len()
+	b, err := c.ownBuf(b)
+	if err != nil {
+		return c.opError("send", err)
+	}
 	if err := c.send(ctx, b, false, 0); err != nil {
 		b.Release()
 		return c.opError("send", err)
@@ -138,12 +144,37 @@ func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
 		return c.tcp.send(ctx, b, true, id)
 	}
 	n := b.Len()
+	b, err := c.ownBuf(b)
+	if err != nil {
+		return c.opError("send", err)
+	}
 	if err := c.send(ctx, b, true, id); err != nil {
 		b.Release()
 		return c.opError("send", err)
 	}
 	c.counts.sent(n)
 	return nil
+}
+
+// ownBuf returns b if it is a buffer of this connection's device pool, or
+// else a copy of it in one (b is then released): the NIC can only send
+// memory registered with the connection's protection domain, and a Buf
+// from another pool (another device's connection, a TCP-backed Conn's, a
+// buffer.Pool of the application's) has no keys here. Zero-copy only for
+// the connection's own buffers (Alloc). On error b is released.
+func (c *Conn) ownBuf(b buffer.Buf) (buffer.Buf, error) {
+	if !b.Valid() || c.dev.pool.Owns(b) {
+		return b, nil
+	}
+	nb, err := c.dev.pool.Get(b.Len())
+	if err != nil {
+		b.Release()
+		return buffer.Buf{}, fmt.Errorf("copying a buffer from another pool into this connection's: %w", err)
+	}
+	copy(nb.Full(), b.Bytes())
+	nb.SetLen(b.Len())
+	b.Release()
+	return nb, nil
 }
 
 func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) error {

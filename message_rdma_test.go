@@ -1091,3 +1091,70 @@ func TestExportScopedToConnection(t *testing.T) {
 	}
 	unchanged("after Export.Close")
 }
+
+// TestSendForeignBuf: a Buf that is not from the connection's device pool
+// (here an unregistered buffer.Pool's, as a TCP-backed Conn's Alloc gives)
+// is copied into a registered one, whatever its size (inline, eager,
+// rendezvous), arrives intact, and the original is released.
+func TestSendForeignBuf(t *testing.T) {
+	c, s, ln := connPair(t, nil)
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	foreign, err := buffer.NewPool(nil, buffer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreign.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(30*time.Second))
+	defer cancel()
+	for i, size := range []int{16, 4000, c.peerBufSize, c.peerBufSize + 1, 256 << 10} {
+		b, err := foreign.Get(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.SetLen(size)
+		p := b.Bytes()
+		for j := range p {
+			p[j] = byte(i*7 + j)
+		}
+		if i%2 == 0 {
+			err = c.Send(ctx, b)
+		} else {
+			err = c.PostSend(ctx, b, uint64(i))
+		}
+		if err != nil {
+			t.Fatalf("send %d bytes from a foreign pool: %v", size, err)
+		}
+		if b.Valid() {
+			t.Fatalf("size %d: the foreign buffer is still held after Send", size)
+		}
+		if i%2 == 1 {
+			select {
+			case oc := <-c.Completions():
+				if oc.ID != uint64(i) || oc.Err != nil {
+					t.Fatalf("completion %+v, want id %d without error", oc, i)
+				}
+			case <-ctx.Done():
+				t.Fatal("no completion for PostSend")
+			}
+		}
+		r, err := s.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := r.Bytes()
+		if len(q) != size {
+			t.Fatalf("received %d bytes, want %d", len(q), size)
+		}
+		for j := range q {
+			if q[j] != byte(i*7+j) {
+				t.Fatalf("size %d: byte %d corrupted", size, j)
+			}
+		}
+		r.Release()
+	}
+	if st := foreign.Stats(); st.InUseBytes != 0 {
+		t.Fatalf("foreign pool still has %d bytes in use", st.InUseBytes)
+	}
+}

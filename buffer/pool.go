@@ -178,6 +178,14 @@ func NewPool(reg Registrar, opt Options) (*Pool, error) {
 	return p, nil
 }
 
+// Owns reports whether b is a live buffer of this pool: its memory is
+// registered with the pool's Registrar (a buffer of another pool, even one
+// on the same device, has other keys).
+func (p *Pool) Owns(b Buf) bool {
+	s := b.live()
+	return s != nil && s.c.p == p
+}
+
 // MaxSize is the largest buffer Get can return (the largest size class).
 func (p *Pool) MaxSize() int { return p.classes[len(p.classes)-1].size }
 

@@ -911,3 +911,30 @@ func TestReclaimConcurrent(t *testing.T) {
 	}
 	t.Logf("reclaimed %d arenas", p.Stats().Reclaimed)
 }
+
+func TestPoolOwns(t *testing.T) {
+	p1, err := buffer.NewPool(nil, buffer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p1.Close()
+	p2, err := buffer.NewPool(nil, buffer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Close()
+	b, err := p1.Get(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p1.Owns(b) || p2.Owns(b) {
+		t.Fatalf("Owns: p1 %v, p2 %v; want true, false", p1.Owns(b), p2.Owns(b))
+	}
+	b.Release()
+	if p1.Owns(b) {
+		t.Fatal("p1 owns a released handle")
+	}
+	if p1.Owns(buffer.Buf{}) {
+		t.Fatal("p1 owns the zero Buf")
+	}
+}
