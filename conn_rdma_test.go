@@ -58,6 +58,9 @@ func checkLeaksAtEnd(t testing.TB) {
 	t.Cleanup(func() {
 		deadline := time.Now().Add(rdmatest.Scale(3 * time.Second))
 		for {
+			// Devices kept for the next connection (with their pooled QPs)
+			// are owned, not leaked: tear them down now.
+			flushLingeringDevices()
 			devices.mu.Lock()
 			var leaks []buffer.Leak
 			for _, d := range devices.m {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
@@ -29,7 +30,9 @@ type device struct {
 	// than the peer's receive buffers can be lent to the peer for one RDMA
 	// READ (rendezvous.go) without registering memory on the data path.
 	windows    bool
-	faultState // faults.go: async events, the connections they affect
+	faultState             // faults.go: async events, the connections they affect
+	qps        qpPool      // reset QPs for new connections (qppool.go)
+	linger     *time.Timer // set while the device waits, unused, for a new connection (devices.mu)
 }
 
 // pollerConfig is the device pollers' share of the Config.
@@ -63,6 +66,10 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	}
 	if d := devices.m[ctx.Key()]; d != nil {
 		d.refs++
+		if d.linger != nil {
+			d.linger.Stop()
+			d.linger = nil
+		}
 		return d, nil
 	}
 	d := &device{key: ctx.Key(), ctx: ctx, refs: 1}
@@ -130,6 +137,50 @@ func (d *device) maybeTeardownLocked() {
 	if d.refs > 0 || d.pool.Stats().InUseBytes > 0 || devices.m[d.key] != d {
 		return
 	}
+	if linger := time.Duration(deviceLinger.Load()); linger > 0 && fatalDevices[d.key] == nil {
+		// Kept a while for the next connection (its QP pool, pollers and
+		// registered buffers are warm); lingerExpired tears it down.
+		if d.linger == nil {
+			var t *time.Timer
+			t = time.AfterFunc(linger, func() { d.lingerExpired(t) })
+			d.linger = t
+		}
+		return
+	}
+	d.teardownLocked()
+}
+
+// lingerExpired tears the device down if it is still unused when its
+// linger timer t fires.
+func (d *device) lingerExpired(t *time.Timer) {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d.linger != t {
+		return // a connection came (and maybe went: a newer timer runs)
+	}
+	d.linger = nil
+	if d.refs > 0 || d.pool.Stats().InUseBytes > 0 || devices.m[d.key] != d {
+		return
+	}
+	d.teardownLocked()
+}
+
+// flushLingeringDevices tears down at once every device that only lingers
+// (no connection, no buffer out): for the tests' leak checks.
+func flushLingeringDevices() {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	for _, d := range devices.m {
+		if d.linger != nil && d.refs == 0 && d.pool.Stats().InUseBytes == 0 {
+			d.linger.Stop()
+			d.linger = nil
+			d.teardownLocked()
+		}
+	}
+}
+
+// teardownLocked removes an unused device from the table and frees it.
+func (d *device) teardownLocked() {
 	delete(devices.m, d.key)
 	// Not here: this may run on a poller's goroutine (a buffer released by a
 	// completion) or under a Conn's lock while a poller waits for that lock,
@@ -149,6 +200,7 @@ var teardownErr atomic.Pointer[error]
 func (d *device) teardown() error {
 	d.stopFaults()
 	var errs []error
+	errs = append(errs, d.qps.drain()) // the pooled QPs complete into the pollers' CQs
 	if d.pollers != nil {
 		errs = append(errs, d.pollers.Close())
 	}
