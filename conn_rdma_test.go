@@ -42,7 +42,11 @@ func listenTest(t testing.TB, cfg *Config) *Listener {
 	return ln
 }
 
-func init() { trackAllocations = true } // leak reports name where each buffer was allocated
+func init() {
+	trackAllocations = true // leak reports name where each buffer was allocated
+	// Pooled QPs and lingering devices are owned, not leaked (qppool.go).
+	rdmatest.Settle = func() { settleDevices(rdmatest.Scale(15 * time.Second)) }
+}
 
 // checkLeaksAtEnd makes t, once it and its deferred closes are done, wait
 // for every device to be torn down (which needs every buffer of its pool

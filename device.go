@@ -33,6 +33,7 @@ type device struct {
 	faultState             // faults.go: async events, the connections they affect
 	qps        qpPool      // reset QPs for new connections (qppool.go)
 	linger     *time.Timer // set while the device waits, unused, for a new connection (devices.mu)
+	lingerGen  uint64      // which linger timer is current (devices.mu)
 }
 
 // pollerConfig is the device pollers' share of the Config.
@@ -141,9 +142,9 @@ func (d *device) maybeTeardownLocked() {
 		// Kept a while for the next connection (its QP pool, pollers and
 		// registered buffers are warm); lingerExpired tears it down.
 		if d.linger == nil {
-			var t *time.Timer
-			t = time.AfterFunc(linger, func() { d.lingerExpired(t) })
-			d.linger = t
+			d.lingerGen++
+			gen := d.lingerGen
+			d.linger = time.AfterFunc(linger, func() { d.lingerExpired(gen) })
 		}
 		return
 	}
@@ -151,11 +152,11 @@ func (d *device) maybeTeardownLocked() {
 }
 
 // lingerExpired tears the device down if it is still unused when its
-// linger timer t fires.
-func (d *device) lingerExpired(t *time.Timer) {
+// linger timer number gen fires.
+func (d *device) lingerExpired(gen uint64) {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
-	if d.linger != t {
+	if d.linger == nil || d.lingerGen != gen {
 		return // a connection came (and maybe went: a newer timer runs)
 	}
 	d.linger = nil
@@ -185,12 +186,17 @@ func (d *device) teardownLocked() {
 	// Not here: this may run on a poller's goroutine (a buffer released by a
 	// completion) or under a Conn's lock while a poller waits for that lock,
 	// and teardown waits for the pollers to stop.
+	tearingDown.Add(1)
 	go func() {
+		defer tearingDown.Add(-1)
 		if err := d.teardown(); err != nil {
 			teardownErr.Store(&err) // the tests' leak checks report it
 		}
 	}()
 }
+
+// tearingDown counts device teardowns under way (for the tests' leak checks).
+var tearingDown atomic.Int64
 
 // teardownErr is the last error of a device teardown (destroying the CQs,
 // deregistering the pool, deallocating the PD), which no caller is left

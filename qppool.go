@@ -183,6 +183,7 @@ func (e *endpoint) parkQP() bool {
 	}
 	e.parked = pooledQP{qp: q, p: e.poller}
 	e.parkDev = e.dev
+	retiring.Add(1)
 	return true
 }
 
@@ -199,6 +200,7 @@ func (e *endpoint) timewaitExit() {
 // reference the parked QP held. It runs on its own goroutine: Close does
 // not wait for the timewait.
 func (e *endpoint) retire(id *rdmacm.ID, ch *rdmacm.Channel, eventsDone <-chan struct{}) {
+	defer retiring.Add(-1)
 	t := time.NewTimer(time.Duration(qpTimewaitMax.Load()))
 	defer t.Stop()
 	exited := false
@@ -220,4 +222,23 @@ func (e *endpoint) retire(id *rdmacm.ID, ch *rdmacm.Channel, eventsDone <-chan s
 		}
 	}
 	d.release()
+}
+
+// retiring counts parked QPs not yet pooled or destroyed.
+var retiring atomic.Int64
+
+// settleDevices waits (up to limit) until no QP is parked, tears down the
+// devices that only linger and waits for their teardown: afterwards the
+// process holds RDMA objects only for live connections (and lent
+// buffers). The tests' leak checks run it before counting objects, since
+// pooled QPs and lingering devices are owned, not leaked.
+func settleDevices(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for retiring.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	flushLingeringDevices()
+	for tearingDown.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
