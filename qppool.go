@@ -38,7 +38,8 @@ import (
 // The pool's settings (atomics: the tests change them while retiring
 // connections read them).
 var (
-	// qpPoolMax is how many reset QPs a device keeps (0: no pool).
+	// qpPoolMax is how many reset QPs a device keeps (0: no pool; 64
+	// once enabled by default).
 	qpPoolMax atomic.Int32
 	// deviceLinger is how long a device no connection uses is kept (with
 	// its pollers, buffer pool and QP pool) for the next connection.
@@ -50,7 +51,10 @@ var (
 )
 
 func init() {
-	qpPoolMax.Store(64)
+	// Off by default until TestDialCycles passes with it: with the pool
+	// on, a 200-cycle run hung the Soft-RoCE guest (no output, not even the
+	// test timeout's stacks: see the branch report). Tests switch it on.
+	qpPoolMax.Store(0)
 	deviceLinger.Store(int64(2 * time.Second))
 	qpTimewaitMax.Store(int64(10 * time.Second))
 }

@@ -11,6 +11,12 @@ import (
 	"github.com/verbline/rdma/internal/verbs"
 )
 
+// enablePool sets qpPoolMax to n for the test.
+func enablePool(t *testing.T, n int32) {
+	old := qpPoolMax.Swap(n)
+	t.Cleanup(func() { qpPoolMax.Store(old) })
+}
+
 // poolStats returns a copy of d's QP pool counters and its size.
 func poolStats(d *device) (qpPoolStats, int) {
 	var st qpPoolStats
@@ -74,6 +80,7 @@ func dialEcho(t *testing.T, ln *Listener, i int) *Conn {
 // and data flows on the reused QPs.
 func TestQPPoolReuse(t *testing.T) {
 	checkLeaksAtEnd(t)
+	enablePool(t, 64)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	defer wg.Wait()
@@ -126,6 +133,7 @@ func TestQPPoolReuse(t *testing.T) {
 // destroyed, not pooled.
 func TestQPPoolNotBeforeTimewait(t *testing.T) {
 	checkLeaksAtEnd(t)
+	enablePool(t, 64)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	defer wg.Wait()
@@ -176,6 +184,7 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 // RESET, and a new connection works on it.
 func TestQPPoolFailedConnReset(t *testing.T) {
 	checkLeaksAtEnd(t)
+	enablePool(t, 64)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	defer wg.Wait()
@@ -240,8 +249,9 @@ func TestQPPoolFailedConnReset(t *testing.T) {
 // every pooled QP (checkLeaksAtEnd counts the kernel's QPs).
 func TestQPPoolBoundedAndDrained(t *testing.T) {
 	checkLeaksAtEnd(t)
-	oldMax, oldLinger := qpPoolMax.Swap(3), deviceLinger.Swap(int64(time.Hour)) // the linger ends by flushLingeringDevices below
-	defer func() { qpPoolMax.Store(oldMax); deviceLinger.Store(oldLinger) }()
+	enablePool(t, 3)
+	oldLinger := deviceLinger.Swap(int64(time.Hour)) // the linger ends by flushLingeringDevices below
+	defer deviceLinger.Store(oldLinger)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	var conns []*Conn

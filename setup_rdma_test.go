@@ -71,6 +71,16 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 // second and the per-step times of dial and accept. scripts/setupbench runs
 // it with larger counts next to rdma-core's cmtime.
 func TestSetupProfile(t *testing.T) {
+	for _, pool := range []int32{0, 64} {
+		t.Run(fmt.Sprintf("pool=%d", pool), func(t *testing.T) {
+			old := qpPoolMax.Swap(pool)
+			defer qpPoolMax.Store(old)
+			setupProfile(t)
+		})
+	}
+}
+
+func setupProfile(t *testing.T) {
 	seqN, conN := envInt("RDMA_SETUP_SEQ", 10), envInt("RDMA_SETUP_CONNS", 10)
 	checkLeaksAtEnd(t)
 	ln := listenTest(t, nil)
@@ -103,6 +113,8 @@ func TestSetupProfile(t *testing.T) {
 		closeSum += time.Since(t1)
 	}
 	seqWall := time.Since(start)
+	st, pooled := poolStats(keep.dev)
+	t.Logf("SETUP QP pool after the sequential dials: %+v, %d pooled", st, pooled)
 	t.Logf("SETUP sequential n=%d dial_mean_us=%.1f close_mean_us=%.1f conns_per_s=%.1f",
 		seqN, float64(dialSum.Microseconds())/float64(seqN), float64(closeSum.Microseconds())/float64(seqN),
 		float64(seqN)/seqWall.Seconds())
