@@ -26,7 +26,7 @@ FUZZTIME ?= 500000x
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
-.PHONY: setup build-deps test demo bench vet unit fuzz rdma-tests faults soak clean
+.PHONY: setup build-deps test demo bench bench-2host vet unit fuzz rdma-tests faults soak clean
 
 # Everything: packages (qemu, rdma-core, perftest, ...), Debian's kernel, the initramfs.
 setup:
@@ -156,6 +156,23 @@ bench: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
 	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
 	scripts/softroce run -- $(BUILD)/bin/rdmabench -json $(BENCH_JSON) $(BENCH_ARGS)
+
+# The benchmark across two hosts (benchmarks/README.md, "Two hosts"): two
+# Soft-RoCE guests of 1 vCPU each joined by a wire (scripts/softroce pair);
+# guest B runs "rdmabench -listen" (control on eth1), guest A "rdmabench
+# -connect" with every client side, perftest and TCP between the same two
+# addresses (169.254.78.1 -> .2 on rxe0/eth0). The report (table, JSON, SVG)
+# is written by guest A to $(BENCH2HOST_JSON). The two guests share the
+# host's cores: read the repetitions and their spread (the JSON's *_reps).
+BENCH2HOST_JSON ?= benchmarks/results/bench-2host.json
+BENCH2HOST_ARGS ?= -quick -reps 3 -lat-iters 100 -bw-bytes 4194304 -rate-msgs 5000
+BENCH2HOST_PORT ?= 7471
+bench-2host: setup
+	@mkdir -p $(BUILD)/bin $(dir $(BENCH2HOST_JSON))
+	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
+	flock /tmp/softroce.lock scripts/softroce pair \
+	  --peer '$(BUILD)/bin/rdmabench -listen $$SOFTROCE_CTL_ADDR:$(BENCH2HOST_PORT)' -- \
+	  bash -c '$(BUILD)/bin/rdmabench -connect $$SOFTROCE_PEER_CTL_ADDR:$(BENCH2HOST_PORT) -json $(BENCH2HOST_JSON) $(BENCH2HOST_ARGS)'
 
 # Soak runs, too long for make test (README "Limits and security" quotes them):
 # SOAK_CYCLES sequential dial/echo/close cycles while a long-lived connection

@@ -70,7 +70,12 @@ type Conn struct {
 	wake            chan struct{}  // closed and replaced on a state change when wakers > 0
 	wakers          int            // goroutines waiting on wake
 	recvWRs         []verbs.RecvWR // scratch for reposting
-	toRelease       []buffer.Buf   // released after c.mu is dropped (a release may recycle into another connection)
+	// recvReady are receives taken back whose credits are counted (in
+	// pending) but whose post waits for this side's next send, to go in
+	// the same call into C (stream.go, repostLocked).
+	recvReady    []verbs.RecvWR
+	recvDeferred atomic.Bool  // recvReady is not empty: a waiter posts it first
+	toRelease    []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
 }
 
 // newConn makes the connection object and its endpoint (the endpoint's
@@ -88,6 +93,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
 		writeSlots: make([]int, 0, cfg.SendBuffers),
 		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
+		recvReady:  make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
 	}
 	ep, err := newEndpoint(id, cfg, c.countCompletions)
 	if err != nil {

@@ -174,10 +174,14 @@ func TestKeepaliveQuietWhileBusy(t *testing.T) {
 	if cs.KeepaliveProbes != 0 || ss.KeepaliveProbes != 0 {
 		t.Errorf("probes sent while traffic flowed: client %d, server %d", cs.KeepaliveProbes, ss.KeepaliveProbes)
 	}
-	// Once idle, both sides probe, and the connection stays up.
+	// Once idle, probes go out, and the connection stays up. A side probes
+	// after KeepAlive without receiving anything, and a probe that arrives
+	// counts as hearing from the peer: when one side's timer fires first,
+	// its probes keep the other side's idle time short, so that side may
+	// never probe (seen: client 0, server 3). Some side must.
 	time.Sleep(3 * cfg.KeepAlive)
-	if cs, ss = client.Stats(), server.Stats(); cs.KeepaliveProbes == 0 || ss.KeepaliveProbes == 0 {
-		t.Errorf("idle for 3 intervals: probes client %d, server %d, want some on both", cs.KeepaliveProbes, ss.KeepaliveProbes)
+	if cs, ss = client.Stats(), server.Stats(); cs.KeepaliveProbes+ss.KeepaliveProbes == 0 {
+		t.Errorf("idle for 3 intervals: probes client %d, server %d, want some", cs.KeepaliveProbes, ss.KeepaliveProbes)
 	}
 	if _, err := client.Write(buf); err != nil {
 		t.Fatal(err)

@@ -135,7 +135,7 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 func (c *Conn) postLocked(wr verbs.SendWR, kind uint64, idx int, force bool) error {
 	c.sqPushLocked(&wr, kind, idx, force)
 	c.ctlWR[0] = wr
-	if err := c.ep.qp.PostSend(c.ctlWR[:]); err != nil {
+	if err := c.postSendsLocked(c.ctlWR[:]); err != nil {
 		c.sqPopLocked(1)
 		c.failLocked(err)
 		return err

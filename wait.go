@@ -25,6 +25,7 @@ import (
 // CQ armed, so the completion it waits for wakes the poller's goroutine,
 // which dispatches it).
 func (c *Conn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
+	c.postReady() // receives taken back are posted before this side waits (an atomic load when none)
 	if !w.Started() {
 		var budget time.Duration
 		if c.cfg.PollMode != PollEvent {

@@ -161,6 +161,24 @@ func TestCreditOvershoot(t *testing.T) {
 	if _, err := client.Write(make([]byte, (initialWindow(&server.cfg)+1)*client.peerBufSize)); err != nil {
 		t.Fatal(err)
 	}
+	// The server reads nothing until the overshoot is caught: a read would
+	// repost receives and grant credits (the peer down to half its window
+	// gets an update at once), and the extra message could then arrive
+	// within real credits: the test hung in Read (CI, 20 min) when the
+	// server read the first messages before the last one arrived.
+	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
+	for {
+		server.mu.Lock()
+		failed := server.rerr != nil
+		server.mu.Unlock()
+		if failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the overshoot was not caught within %v", rdmatest.Scale(5*time.Second))
+		}
+		time.Sleep(time.Millisecond)
+	}
 	_, err := io.ReadAll(server)
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("server read: %v, want ErrProtocol", err)

@@ -69,6 +69,18 @@ static int post_recv(struct ibv_qp *qp, gorecvwr *in, int n) {
 	return -((ret > 0 ? ret : -ret) + 256 * bad);
 }
 
+// post_recv_send posts receives, then sends, in one crossing from Go: a
+// receiver that answers (a ping-pong) reposts what it read with its reply.
+// The receives go first, so credits the sends grant are for posted
+// receives. Returns 0, or the failed call's code with 1<<20 set when it
+// was the send.
+static int post_recv_send(struct ibv_qp *qp, gorecvwr *rin, int nr, gosendwr *sin, int ns) {
+	int ret = post_recv(qp, rin, nr);
+	if (ret != 0) return ret;
+	ret = post_send(qp, sin, ns);
+	return ret == 0 ? 0 : -((-ret) | (1 << 20));
+}
+
 static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uint32_t qkey,
 		uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey) {
 	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
@@ -274,19 +286,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		if ret := C.post_send(q.qp, (*C.gosendwr)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
 			return postError("ibv_post_send", q.Num, -ret)
 		}
-		q.wrsPosted.Add(uint64(n))
-		q.sendWRs.Add(uint64(n))
-		var sig, inl uint64
-		for i := range wrs[:n] {
-			if wrs[i].Flags&SendSignaled != 0 {
-				sig++
-			}
-			if wrs[i].Flags&SendInline != 0 {
-				inl++
-			}
-		}
-		q.signaled.Add(sig)
-		q.inlined.Add(inl)
+		q.countSends(wrs[:n])
 		wrs = wrs[n:]
 	}
 	return nil
@@ -306,6 +306,53 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		wrs = wrs[n:]
 	}
 	return nil
+}
+
+// PostRecvSend posts recvs and then sends in one call into C (each at
+// most postBatch requests: the callers' batches are smaller); the
+// receives are posted first. Counted as a receive and a send doorbell.
+// recvsPosted reports whether the receives went in (only the sends may
+// have failed).
+func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err error) {
+	if len(recvs) == 0 || len(recvs) > postBatch || len(sends) == 0 || len(sends) > postBatch {
+		if err := q.PostRecv(recvs); err != nil {
+			return false, err
+		}
+		return true, q.PostSend(sends)
+	}
+	q.posts.Add(1)
+	q.recvPosts.Add(1)
+	q.sendPosts.Add(1)
+	if ret := C.post_recv_send(q.qp, (*C.gorecvwr)(unsafe.Pointer(&recvs[0])), C.int(len(recvs)),
+		(*C.gosendwr)(unsafe.Pointer(&sends[0])), C.int(len(sends))); ret != 0 {
+		if -ret&(1<<20) != 0 {
+			q.wrsPosted.Add(uint64(len(recvs)))
+			q.recvWRs.Add(uint64(len(recvs)))
+			return true, postError("ibv_post_send", q.Num, (-ret)&^(1<<20))
+		}
+		return false, postError("ibv_post_recv", q.Num, -ret)
+	}
+	q.wrsPosted.Add(uint64(len(recvs)))
+	q.recvWRs.Add(uint64(len(recvs)))
+	q.countSends(sends)
+	return true, nil
+}
+
+// countSends counts posted send requests: how many, signaled, inline.
+func (q *QP) countSends(wrs []SendWR) {
+	q.wrsPosted.Add(uint64(len(wrs)))
+	q.sendWRs.Add(uint64(len(wrs)))
+	var sig, inl uint64
+	for i := range wrs {
+		if wrs[i].Flags&SendSignaled != 0 {
+			sig++
+		}
+		if wrs[i].Flags&SendInline != 0 {
+			inl++
+		}
+	}
+	q.signaled.Add(sig)
+	q.inlined.Add(inl)
 }
 
 func postError(op string, qpn uint32, code C.int) error {

@@ -14,7 +14,7 @@ import (
 )
 
 // testDevice opens the test device and finds the RoCE v2 GID of RDMA_TEST_ADDR.
-func testDevice(t *testing.T) (*Context, *Port, *DeviceAttr, int) {
+func testDevice(t testing.TB) (*Context, *Port, *DeviceAttr, int) {
 	env := rdmatest.Require(t)
 	ctx, err := OpenDevice(env.Device)
 	if err != nil {
@@ -51,7 +51,7 @@ func mmapBuf(t *testing.T, n int) []byte {
 	return b
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func pollOne(t *testing.T, cq *CQ) WC {
 
 // connectPair takes a and b through RESET->INIT->RTR->RTS against each other
 // via the validated table, the way a connection manager would.
-func connectPair(t *testing.T, typ QPType, port *Port, lim PortLimits, gid int, a, b *QP) {
+func connectPair(t testing.TB, typ QPType, port *Port, lim PortLimits, gid int, a, b *QP) {
 	t.Helper()
 	var dgid [16]byte
 	for _, g := range port.GIDs {

@@ -87,6 +87,11 @@ type Sample struct {
 	// Check is perftest's bandwidth recomputed as MsgRate[Mpps] x size, in MB/s:
 	// it verifies the MiB -> MB conversion of "BW average[MB/sec]".
 	Check float64 `json:"check,omitempty"`
+	// Latency cases of ours and TCP: the one-way latencies over the run
+	// (per chunk of round trips in order: median and max, µs) and their
+	// histogram ((bucket upper bound µs, count)), for the chart.
+	Series [][2]float64 `json:"series,omitempty"`
+	Hist   [][2]float64 `json:"hist,omitempty"`
 	// Counters: the library's ConnStats of both processes, per message
 	// (per round trip for latency), keyed "client.X" / "server.X" (ours only).
 	Counters map[string]float64 `json:"counters,omitempty"`
@@ -136,8 +141,30 @@ func latencySample(rtts []time.Duration) *Sample {
 		us[i] = float64(d) / 2 / float64(time.Microsecond)
 		sum += us[i]
 	}
+	series := latencySeries(us, 200)
+	h := newHist()
+	for _, d := range rtts {
+		h.record(d / 2)
+	}
 	slices.Sort(us)
-	return &Sample{Value: median(us), P99: percentile(us, 0.99), P999: percentile(us, 0.999), Avg: sum / float64(len(us))}
+	return &Sample{Value: median(us), P99: percentile(us, 0.99), P999: percentile(us, 0.999), Avg: sum / float64(len(us)),
+		Series: series, Hist: h.histBins()}
+}
+
+// latencySeries cuts values (in run order) into at most points chunks and
+// returns each chunk's median and max.
+func latencySeries(vals []float64, points int) [][2]float64 {
+	if len(vals) == 0 {
+		return nil
+	}
+	chunk := (len(vals) + points - 1) / points
+	var out [][2]float64
+	for i := 0; i < len(vals); i += chunk {
+		c := slices.Clone(vals[i:min(i+chunk, len(vals))])
+		slices.Sort(c)
+		out = append(out, [2]float64{median(c), c[len(c)-1]})
+	}
+	return out
 }
 
 // stream: the client writes Iters messages of Size bytes with Conn.Write; the

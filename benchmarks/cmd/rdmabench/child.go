@@ -29,13 +29,21 @@ type childArgs struct {
 	size     int
 	iters    int
 	warmup   int
+	tcpHost  string // TCP baseline: the server's listening address (default 127.0.0.1)
 }
 
 func (a childArgs) flags(h *harness) []string {
 	return []string{"-case", a.caseName, "-net", a.network, "-size", fmt.Sprint(a.size),
 		"-iters", fmt.Sprint(a.iters), "-warmup", fmt.Sprint(a.warmup),
 		"-addr", h.addr, "-depth", fmt.Sprint(h.depth), "-spin", h.spin.String(),
-		"-gomaxprocs", fmt.Sprint(h.procs)}
+		"-gomaxprocs", fmt.Sprint(h.procs), "-tcp-host", a.host()}
+}
+
+func (a childArgs) host() string {
+	if a.tcpHost == "" {
+		return "127.0.0.1"
+	}
+	return a.tcpHost
 }
 
 // rdmaConfig is the library configuration of ours, the same in both children:
@@ -66,7 +74,7 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		var ln net.Listener
 		var err error
 		if a.network == "tcp" {
-			ln, err = net.Listen("tcp", "127.0.0.1:0")
+			ln, err = net.Listen("tcp", net.JoinHostPort(a.host(), "0"))
 		} else {
 			ln, err = (&rdma.ListenConfig{Config: cfg}).Listen(ctx, "rdma", net.JoinHostPort(addr, "0"))
 		}

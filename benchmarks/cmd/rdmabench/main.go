@@ -42,7 +42,7 @@ import (
 )
 
 // hidden flags are those of the child processes; the usage omits them.
-var hidden = map[string]bool{"serve": true, "client": true, "case": true, "net": true, "size": true, "iters": true, "warmup": true}
+var hidden = map[string]bool{"serve": true, "client": true, "case": true, "net": true, "size": true, "iters": true, "warmup": true, "tcp-host": true}
 
 func main() {
 	var (
@@ -69,9 +69,13 @@ func main() {
 		size      = flag.Int("size", 64, "child: message size")
 		iters     = flag.Int("iters", 1000, "child: iterations")
 		warmup    = flag.Int("warmup", 0, "child: warm-up round trips")
+		tcpHost   = flag.String("tcp-host", "127.0.0.1", "child: the TCP baseline server's address")
+		listen    = flag.String("listen", "", "two-host mode, server: wait for -connect clients on this TCP `host:port` (control)")
+		connect   = flag.String("connect", "", "two-host mode, client: run the plan against the -listen server at `host:port`")
 		listCases = flag.Bool("list", false, "list our cases and the baselines, then exit")
 		verbose   = flag.Bool("v", false, "log the phases of every run (server ready, client done, ...)")
 	)
+	lf := addLoadFlags()
 	flag.Usage = usage
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -80,7 +84,7 @@ func main() {
 	}
 
 	if *serve || *client != "" {
-		a := childArgs{caseName: *caseName, network: *network, size: *size, iters: *iters, warmup: *warmup}
+		a := childArgs{caseName: *caseName, network: *network, size: *size, iters: *iters, warmup: *warmup, tcpHost: *tcpHost}
 		if *procs > 0 {
 			runtime.GOMAXPROCS(*procs)
 		}
@@ -102,6 +106,9 @@ func main() {
 
 	if *addr == "" {
 		fatalf("no RDMA address: give -addr, or run inside scripts/softroce run (it sets RDMA_TEST_ADDR)")
+	}
+	if *listen != "" && *connect != "" {
+		fatalf("-listen (the server host) and -connect (the client host) exclude each other")
 	}
 	if *quick && !flagGiven("reps") {
 		*reps = 2 // keeps -quick under 2 minutes in the guest as cases are added
@@ -147,6 +154,22 @@ func main() {
 		}
 	}
 
+	if *listen != "" {
+		os.Exit(h.serverMain(*listen))
+	}
+	if *connect != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		r, err := h.dialControl(ctx, *connect, 2*time.Minute)
+		stop()
+		if err != nil {
+			fatalf("%v", err)
+		}
+		h.remote = r
+		h.logf("rdmabench: two hosts: clients here (%s, %s), servers on %s (control %s)", h.addr, hostname(), r.peer, *connect)
+	}
+	if *lf.enabled {
+		os.Exit(h.loadMain(lf, *jsonPath, *svgPath))
+	}
 	plan := h.plan(cre, bre)
 	if len(plan) == 0 {
 		fatalf("-cases %q selects no case (see -list)", *casesRe)
@@ -281,6 +304,7 @@ type harness struct {
 	quick                 bool
 	reps                  int
 	work                  Workload
+	remote                *remote // two-host mode (-connect): the server host; nil on one host
 }
 
 func (h *harness) logf(format string, a ...any) {
@@ -325,8 +349,14 @@ func (r runner) Cmd(h *harness, size int) string {
 		if !r.Tool.rdmaCM() {
 			gid, _ = udGIDIndex(h.addr)
 		}
+		if h.remote != nil {
+			return strings.Join(append(r.Tool.args(size, iters, h.depth, gid), h.remote.peer), " ")
+		}
 		return strings.Join(r.Tool.args(size, iters, h.depth, gid), " ")
 	case "tcp":
+		if h.remote != nil {
+			return fmt.Sprintf("%s over TCP to %s, size %d, iterations %d", r.Case.Name, h.remote.peer, size, iters)
+		}
 		return fmt.Sprintf("%s over TCP 127.0.0.1, size %d, iterations %d", r.Case.Name, size, iters)
 	}
 	return fmt.Sprintf("%s over RDMA, size %d, iterations %d, depth %d", r.Case.Name, size, iters, h.depth)
@@ -444,6 +474,15 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 
 func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, error) {
 	iters := h.work.Iters(r.Metric, size)
+	if h.remote != nil {
+		switch r.Kind {
+		case "perftest":
+			return h.runPerftestRemote(ctx, *r.Tool, size, iters)
+		case "tcp":
+			return h.runOursRemote(ctx, childArgs{caseName: r.Case.Name, network: "tcp", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)}, "tcp")
+		}
+		return h.runOursRemote(ctx, childArgs{caseName: r.Case.Name, network: "rdma", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)}, "ours")
+	}
 	switch r.Kind {
 	case "perftest":
 		return h.runPerftest(ctx, *r.Tool, size, iters)

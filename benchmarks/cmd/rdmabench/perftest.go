@@ -191,21 +191,7 @@ func (h *harness) perftestOnce(ctx context.Context, t perftestTool, size, iters 
 	// A UD run can lose datagrams; perftest's server then waits forever
 	// for the rest and its client for the server, after the client printed
 	// its table: once that table is complete, give them a short grace.
-	tableDone := make(chan struct{})
-	go func() {
-		for {
-			ch := cli.stdout.changed()
-			if _, err := parsePerftest(cli.stdout.String(), t.Metric, size); err == nil {
-				close(tableDone)
-				return
-			}
-			select {
-			case <-ch:
-			case <-cli.done:
-				return
-			}
-		}
-	}()
+	tableDone := tablePrinted(cli, t.Metric, size)
 	select {
 	case <-cli.done:
 	case <-tableDone:
@@ -284,13 +270,12 @@ func waitListening(ctx context.Context, srv *proc, port int, d time.Duration) er
 			return fmt.Errorf("exited: %v", srv.err)
 		}
 	}
-	re := regexp.MustCompile(`state LISTEN .*src-addr \S+:` + strconv.Itoa(port) + `\b`)
 	deadline := time.Now().Add(d)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		out, _ := exec.CommandContext(cctx, "rdma", "resource", "show", "cm_id").Output()
 		cancel()
-		if re.Match(out) {
+		if listensOn(string(out), port, os.Getpid()) {
 			return nil
 		}
 		if srv.exited() {
@@ -301,6 +286,28 @@ func waitListening(ctx context.Context, srv *proc, port int, d time.Duration) er
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// listensOn reports whether `rdma resource show cm_id` output lists a
+// listener on port that is not this process's: freePort's own probe
+// listener on that port could still be listed for a moment after its
+// Close, and a client started on the strength of it would be rejected
+// ("Invalid Service ID", RDMA_CM_EVENT_REJECTED error 8) because perftest
+// does not listen yet. (make bench-2host's first ib_send_lat in a fresh
+// server guest is still rejected once in a while; the retry recovers.)
+func listensOn(out string, port, self int) bool {
+	re := regexp.MustCompile(`state LISTEN .*src-addr \S+:` + strconv.Itoa(port) + `\b`)
+	pidRe := regexp.MustCompile(`\bpid (\d+)\b`)
+	for _, l := range strings.Split(out, "\n") {
+		if !re.MatchString(l) {
+			continue
+		}
+		if m := pidRe.FindStringSubmatch(l); m != nil && m[1] == strconv.Itoa(self) {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // waitTCPListening waits until a TCP socket listens on port (where a
@@ -356,6 +363,27 @@ func udGIDIndex(addr string) (int, error) {
 		return strconv.Atoi(idx)
 	}
 	return 0, fmt.Errorf("no RoCE v2 GID for %s in /sys/class/infiniband (is it an address of an RDMA netdev?)", addr)
+}
+
+// tablePrinted is closed once cli, a perftest client, has printed a
+// complete result table (never, if it exits first).
+func tablePrinted(cli *proc, m Metric, size int) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for {
+			ch := cli.stdout.changed()
+			if _, err := parsePerftest(cli.stdout.String(), m, size); err == nil {
+				close(done)
+				return
+			}
+			select {
+			case <-ch:
+			case <-cli.done:
+				return
+			}
+		}
+	}()
+	return done
 }
 
 // parsePerftest reads the result table perftest prints at the end:

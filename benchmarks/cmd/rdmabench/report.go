@@ -98,8 +98,12 @@ func (r *report) context() string {
 	if r.h.procs > 0 {
 		procs = fmt.Sprintf("GOMAXPROCS %d", r.h.procs)
 	}
+	where := r.h.addr
+	if r.h.remote != nil {
+		where = fmt.Sprintf("two hosts: clients on %s, servers on %s", r.h.addr, r.h.remote.peer)
+	}
 	return fmt.Sprintf("%s on %s, %d CPUs, %s; median of %d reps; depth %d; ours: %s, %s",
-		deviceName(), r.h.addr, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin, procs)
+		deviceName(), where, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin, procs)
 }
 
 func fmtVal(m Metric, v float64) string {
@@ -188,6 +192,9 @@ func (r *report) printTable(w io.Writer) {
 		tw.Flush()
 		r.printCounters(w, mp)
 	}
+	if r.h.remote != nil || r.h.reps > 1 && r.h.verbose {
+		r.printSpread(w)
+	}
 	for _, n := range r.warnings() {
 		fmt.Fprintf(w, "\nWARNING: %s\n", n)
 	}
@@ -263,6 +270,11 @@ func (r *report) warnings() []string {
 			"the machine was busy during some of them; their medians are less reliable. More -reps, or a quieter machine, help.", n, unstableSpread))
 	}
 	for k, a := range r.agg {
+		if r.h.remote != nil {
+			// Between two hosts the path, not the machine, sets perftest's
+			// latency; the one-host figure of ~20 µs is no reference.
+			break
+		}
 		if k.Metric == Latency && strings.HasPrefix(k.Label, "ib_") && len(a.Reps) > 0 && a.Value > 1000 {
 			out = append(out, fmt.Sprintf("%s's median latency at %s is %.0f µs (it is ~20 µs on a quiet machine): "+
 				"the host was busy (other guests?) and wake-ups waited for scheduler ticks (4 ms); "+

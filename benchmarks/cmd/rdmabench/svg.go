@@ -52,7 +52,11 @@ func esc(s string) string {
 
 func (r *report) svg() string {
 	var b svgBuf
-	height := headerH + len(r.plan)*panelH + footerH
+	panels := len(r.plan)
+	if _, runs, _ := r.latencyDetail(); len(runs) > 0 {
+		panels++
+	}
+	height := headerH + panels*panelH + footerH
 	b.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="%s">`,
 		svgWidth, height, svgWidth, height, fontFamily)
 	b.f(`<rect width="100%%" height="100%%" fill="white"/>`)
@@ -61,7 +65,10 @@ func (r *report) svg() string {
 	for i, mp := range r.plan {
 		r.panel(&b, mp, headerH+i*panelH)
 	}
-	y := headerH + len(r.plan)*panelH + 18
+	if panels > len(r.plan) {
+		r.latencyPanel(&b, headerH+len(r.plan)*panelH)
+	}
+	y := headerH + panels*panelH + 18
 	for _, l := range []string{
 		"Latency one-way = round trip / 2 (perftest: t_typical = median); whisker: p99. Bandwidth MB = 10^6 bytes (perftest's MiB/s x 1.048576).",
 		"Ours and TCP bandwidth and message rate are counted on the receiver. ! = repetitions more than 1.5x apart (a busy machine).",
