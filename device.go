@@ -34,6 +34,10 @@ type device struct {
 	qps        qpPool      // reset QPs for new connections (qppool.go)
 	linger     *time.Timer // set while the device waits, unused, for a new connection (devices.mu)
 	lingerGen  uint64      // which linger timer is current (devices.mu)
+	// From the Config of the device's first connection (atomics: the
+	// tests change them): Config.QPPool and Config.DeviceLinger, resolved.
+	qpMax     atomic.Int32
+	lingerFor atomic.Int64
 }
 
 // pollerConfig is the device pollers' share of the Config.
@@ -74,6 +78,8 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 		return d, nil
 	}
 	d := &device{key: ctx.Key(), ctx: ctx, refs: 1}
+	d.qpMax.Store(int32(cfg.qpPoolSize()))
+	d.lingerFor.Store(int64(cfg.deviceLinger()))
 	defer func() {
 		if err != nil {
 			d.teardown()
@@ -138,7 +144,7 @@ func (d *device) maybeTeardownLocked() {
 	if d.refs > 0 || d.pool.Stats().InUseBytes > 0 || devices.m[d.key] != d {
 		return
 	}
-	if linger := time.Duration(deviceLinger.Load()); linger > 0 && fatalDevices[d.key] == nil {
+	if linger := time.Duration(d.lingerFor.Load()); linger > 0 && fatalDevices[d.key] == nil {
 		// Kept a while for the next connection (its QP pool, pollers and
 		// registered buffers are warm); lingerExpired tears it down.
 		if d.linger == nil {

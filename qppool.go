@@ -31,33 +31,17 @@ import (
 //     that CQ carry the old connection's token and are dropped.
 //   - The new owner gets a fresh *verbs.QP (Handoff): the old connection's
 //     endpoint can no longer reach the QP.
-//   - At most qpPoolMax QPs per device; the pool is drained (every QP
-//     destroyed) when the device is torn down, which happens deviceLinger
-//     after its last connection closed, so sequential dials find it.
+//   - At most Config.QPPool QPs per device (of its first connection's
+//     Config); the pool is drained (every QP destroyed) when the device is
+//     torn down, which happens Config.DeviceLinger after its last
+//     connection closed, so sequential dials find it.
 
-// The pool's settings (atomics: the tests change them while retiring
-// connections read them).
-var (
-	// qpPoolMax is how many reset QPs a device keeps (0: no pool; 64
-	// once enabled by default).
-	qpPoolMax atomic.Int32
-	// deviceLinger is how long a device no connection uses is kept (with
-	// its pollers, buffer pool and QP pool) for the next connection.
-	deviceLinger atomic.Int64
-	// qpTimewaitMax bounds the wait for a closed connection's
-	// TIMEWAIT_EXIT; a QP whose connection did not report it by then is
-	// destroyed.
-	qpTimewaitMax atomic.Int64
-)
+// qpTimewaitMax bounds the wait for a closed connection's TIMEWAIT_EXIT;
+// a QP whose connection did not report it by then is destroyed (an
+// atomic: the tests shorten it).
+var qpTimewaitMax atomic.Int64
 
-func init() {
-	// Off by default until TestDialCycles passes with it: with the pool
-	// on, a 200-cycle run hung the Soft-RoCE guest (no output, not even the
-	// test timeout's stacks: see the branch report). Tests switch it on.
-	qpPoolMax.Store(0)
-	deviceLinger.Store(int64(2 * time.Second))
-	qpTimewaitMax.Store(int64(10 * time.Second))
-}
+func init() { qpTimewaitMax.Store(int64(10 * time.Second)) }
 
 // qpShape is what a pooled QP must match: its queue sizes and the inline
 // room asked for at creation.
@@ -101,12 +85,12 @@ func (pl *qpPool) get(s qpShape) (pooledQP, bool) {
 	return q, true
 }
 
-// put keeps q (in RESET, handed off) if the pool is open and has room;
-// else the caller destroys it.
-func (pl *qpPool) put(s qpShape, q pooledQP) bool {
+// put keeps q (in RESET, handed off) if the pool is open and has room
+// (fewer than max QPs); else the caller destroys it.
+func (pl *qpPool) put(s qpShape, q pooledQP, max int) bool {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if pl.closed || pl.n >= int(qpPoolMax.Load()) || q.qp.State() != verbs.StateReset {
+	if pl.closed || pl.n >= max || q.qp.State() != verbs.StateReset {
 		pl.stats.Destroyed++
 		return false
 	}
@@ -175,7 +159,7 @@ func (e *endpoint) takePooledQP(s qpShape, h poller.Handler) bool {
 // the QP was parked; if not, the caller destroys it. The device reference
 // passes to the parked QP (retire drops it).
 func (e *endpoint) parkQP() bool {
-	if !e.established || qpPoolMax.Load() <= 0 || e.dev == nil {
+	if !e.established || e.dev == nil || e.dev.qpMax.Load() <= 0 {
 		return false
 	}
 	if err := e.qp.Reset(e.lim); err != nil {
@@ -220,7 +204,7 @@ func (e *endpoint) retire(id *rdmacm.ID, ch *rdmacm.Channel, eventsDone <-chan s
 	if !exited {
 		d.qps.count(func(st *qpPoolStats) { st.Destroyed++ })
 	}
-	if !exited || !d.qps.put(e.shape, q) {
+	if !exited || !d.qps.put(e.shape, q, int(d.qpMax.Load())) {
 		if err := q.qp.Close(); err != nil {
 			teardownErr.Store(&err)
 		}

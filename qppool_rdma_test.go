@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -11,11 +12,9 @@ import (
 	"github.com/verbline/rdma/internal/verbs"
 )
 
-// enablePool sets qpPoolMax to n for the test.
-func enablePool(t *testing.T, n int32) {
-	old := qpPoolMax.Swap(n)
-	t.Cleanup(func() { qpPoolMax.Store(old) })
-}
+// A device's QP pool settings come from its first connection's Config
+// (Config.QPPool, Config.DeviceLinger; TestQPPoolConfig); the tests below
+// use the defaults (a pool of 64) or change the device's settings directly.
 
 // poolStats returns a copy of d's QP pool counters and its size.
 func poolStats(d *device) (qpPoolStats, int) {
@@ -80,7 +79,6 @@ func dialEcho(t *testing.T, ln *Listener, i int) *Conn {
 // and data flows on the reused QPs.
 func TestQPPoolReuse(t *testing.T) {
 	checkLeaksAtEnd(t)
-	enablePool(t, 64)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	defer wg.Wait()
@@ -133,7 +131,6 @@ func TestQPPoolReuse(t *testing.T) {
 // destroyed, not pooled.
 func TestQPPoolNotBeforeTimewait(t *testing.T) {
 	checkLeaksAtEnd(t)
-	enablePool(t, 64)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	defer wg.Wait()
@@ -184,7 +181,6 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 // RESET, and a new connection works on it.
 func TestQPPoolFailedConnReset(t *testing.T) {
 	checkLeaksAtEnd(t)
-	enablePool(t, 64)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	defer wg.Wait()
@@ -217,41 +213,39 @@ func TestQPPoolFailedConnReset(t *testing.T) {
 		}
 	}
 	d.qps.mu.Unlock()
-	// Take every pooled QP, so the next dial must get the failed one or
-	// the server's end of the failed connection.
+	// Dial until the failed connection's QP leaves the pool: the dialer
+	// or the echo server's end of that connection took it (both ends are
+	// on this device), and the echoes below go through it either way.
 	var got []*Conn
 	defer func() {
 		for _, c := range got {
 			c.Close()
 		}
 	}()
-	for range 4 {
-		c := dialEcho(t, ln, 1)
-		got = append(got, c)
-		if c.ep.qp.Num == num {
-			if !c.ep.reused {
-				t.Fatalf("QP 0x%x: same number but not from the pool", num)
-			}
-			for i := 2; i < 10; i++ {
-				if err := echo(c, i); err != nil {
-					t.Fatalf("on the reset QP 0x%x: %v", num, err)
-				}
-			}
-			return
+	for i := 0; pooledNums(d)[num]; i++ {
+		if i > 64 {
+			t.Fatalf("QP 0x%x of the failed connection stayed in the pool over %d dials", num, i)
+		}
+		got = append(got, dialEcho(t, ln, 1))
+	}
+	c := got[len(got)-1]
+	if c.ep.qp.Num == num && !c.ep.reused {
+		t.Fatalf("QP 0x%x: same number but not from the pool", num)
+	}
+	t.Logf("QP 0x%x of the failed connection reused by dial %d (dialer's QP 0x%x)", num, len(got), c.ep.qp.Num)
+	for i := 2; i < 10; i++ {
+		if err := echo(c, i); err != nil {
+			t.Fatalf("on the connection that reused the reset QP 0x%x: %v", num, err)
 		}
 	}
-	t.Fatalf("QP 0x%x of the failed connection was never reused (pool %v)", num, pooledNums(d))
 }
 
-// TestQPPoolBoundedAndDrained: the pool keeps at most qpPoolMax QPs (the
+// TestQPPoolBoundedAndDrained: the pool keeps at most its size of QPs (the
 // others are destroyed), the device lingers after its last connection so
 // the next dial reuses its pool, and tearing the device down destroys
 // every pooled QP (checkLeaksAtEnd counts the kernel's QPs).
 func TestQPPoolBoundedAndDrained(t *testing.T) {
 	checkLeaksAtEnd(t)
-	enablePool(t, 3)
-	oldLinger := deviceLinger.Swap(int64(time.Hour)) // the linger ends by flushLingeringDevices below
-	defer deviceLinger.Store(oldLinger)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
 	var conns []*Conn
@@ -259,6 +253,8 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 		conns = append(conns, dialEcho(t, ln, i))
 	}
 	d := conns[0].dev
+	d.qpMax.Store(3)
+	d.lingerFor.Store(int64(time.Hour)) // the linger ends by flushLingeringDevices below
 	for _, c := range conns {
 		c.Close()
 	}
@@ -311,5 +307,74 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 			t.Fatalf("the device's teardown did not drain its pool: %d left, %+v", n, st)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pooledQPs is how many reset QPs the devices' pools hold: owned by the
+// devices, not leaked (the leak checks subtract them from the QP count).
+func pooledQPs() int {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	n := 0
+	for _, d := range devices.m {
+		n += d.qps.len()
+	}
+	return n
+}
+
+// TestQPPoolConfig: the device takes its pool size and linger from its
+// first connection's Config; QPPool < 0 keeps no QP, DeviceLinger < 0 tears
+// the device down with its last connection.
+func TestQPPoolConfig(t *testing.T) {
+	checkLeaksAtEnd(t)
+	settleDevices(rdmatest.Scale(15 * time.Second)) // a fresh device takes this test's Config
+	cfg := Config{QPPool: -1, DeviceLinger: -1}
+	ln := listenTest(t, &cfg)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	dl := Dialer{Config: cfg}
+	nc, err := dl.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*Conn)
+	if err := echo(c, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := c.dev
+	if d.qpMax.Load() != 0 || d.lingerFor.Load() != 0 {
+		t.Fatalf("device settings: pool %d, linger %v; want 0, 0", d.qpMax.Load(), time.Duration(d.lingerFor.Load()))
+	}
+	c.Close()
+	// Both ends closed, nothing pooled, nothing lingers: the device goes.
+	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
+	for {
+		devices.mu.Lock()
+		gone := devices.m[d.key] != d
+		devices.mu.Unlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, n := poolStats(d)
+			t.Fatalf("the device outlived its last connection with DeviceLinger < 0 (pool %+v, %d pooled)", st, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st, n := poolStats(d); st.Returned != 0 || n != 0 {
+		t.Fatalf("QPPool < 0 pooled QPs: %+v, %d", st, n)
+	}
+
+	cfg = Config{QPPool: 5, DeviceLinger: 3 * time.Minute}
+	dl = Dialer{Config: cfg}
+	nc, err = dl.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c = nc.(*Conn)
+	if d := c.dev; d.qpMax.Load() != 5 || time.Duration(d.lingerFor.Load()) != 3*time.Minute {
+		t.Fatalf("device settings: pool %d, linger %v; want 5, 3m", d.qpMax.Load(), time.Duration(d.lingerFor.Load()))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
 )
 
 // stepStats aggregates setupTrace reports per side and step.
@@ -68,19 +70,24 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 // process holds its device context): RDMA_SETUP_SEQ (default 10)
 // sequential dial+close cycles, then RDMA_SETUP_CONNS (default 10)
 // concurrent dials, reporting per-connection times, connections per
-// second and the per-step times of dial and accept. scripts/setupbench runs
-// it with larger counts next to rdma-core's cmtime.
+// second and the per-step times of dial and accept; without the QP pool,
+// then with it. scripts/setupbench runs it with larger counts next to
+// rdma-core's cmtime.
+//
+// Both runs first prime the device: RDMA_SETUP_CONNS connections dialled
+// and closed, and (with the pool) their QPs back in the pool, which they
+// join only at their TIMEWAIT_EXIT, about 2 s after Close here. The
+// figures with the pool are thus those of dials that come at least that
+// long after earlier connections closed (steady churn), with a pool large
+// enough for both ends of every measured connection (this process is both
+// dialer and listener).
 func TestSetupProfile(t *testing.T) {
-	for _, pool := range []int32{0, 64} {
-		t.Run(fmt.Sprintf("pool=%d", pool), func(t *testing.T) {
-			old := qpPoolMax.Swap(pool)
-			defer qpPoolMax.Store(old)
-			setupProfile(t)
-		})
+	for _, pool := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pool=%v", pool), func(t *testing.T) { setupProfile(t, pool) })
 	}
 }
 
-func setupProfile(t *testing.T) {
+func setupProfile(t *testing.T, pool bool) {
 	seqN, conN := envInt("RDMA_SETUP_SEQ", 10), envInt("RDMA_SETUP_CONNS", 10)
 	checkLeaksAtEnd(t)
 	ln := listenTest(t, nil)
@@ -95,6 +102,47 @@ func setupProfile(t *testing.T) {
 	if err := echo(keep, -1); err != nil {
 		t.Fatal(err)
 	}
+	d := keep.dev
+	want := 0 // QPs the pool must hold before a measured phase
+	if pool {
+		want = 2 * max(seqN, conN)
+		d.qpMax.Store(int32(want))
+	} else {
+		d.qpMax.Store(0)
+	}
+	// prime dials n connections at once and closes them, then waits for
+	// their QPs to come back to the pool (none without it).
+	prime := func(n int) {
+		conns := make([]*Conn, n)
+		var dw sync.WaitGroup
+		for i := range n {
+			dw.Add(1)
+			go func() {
+				defer dw.Done()
+				c, err := Dial("rdma", ln.Addr().String())
+				if err != nil {
+					t.Errorf("priming dial %d: %v", i, err)
+				}
+				conns[i] = c
+			}()
+		}
+		dw.Wait()
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		if pool {
+			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= want })
+		} else {
+			settleDevices(rdmatest.Scale(15 * time.Second)) // the closed connections' ends are gone
+		}
+	}
+	prime(max(seqN, conN))
+	st0, _ := poolStats(d)
 
 	steps := traceSteps(t)
 	var dialSum, closeSum time.Duration
@@ -113,13 +161,16 @@ func setupProfile(t *testing.T) {
 		closeSum += time.Since(t1)
 	}
 	seqWall := time.Since(start)
-	st, pooled := poolStats(keep.dev)
-	t.Logf("SETUP QP pool after the sequential dials: %+v, %d pooled", st, pooled)
-	t.Logf("SETUP sequential n=%d dial_mean_us=%.1f close_mean_us=%.1f conns_per_s=%.1f",
-		seqN, float64(dialSum.Microseconds())/float64(seqN), float64(closeSum.Microseconds())/float64(seqN),
+	st, pooled := poolStats(d)
+	t.Logf("SETUP pool=%v sequential: QPs reused %d, created %d (%d pooled after)", pool,
+		st.Reused-st0.Reused, st.Created-st0.Created, pooled)
+	t.Logf("SETUP pool=%v sequential n=%d dial_mean_us=%.1f close_mean_us=%.1f conns_per_s=%.1f",
+		pool, seqN, float64(dialSum.Microseconds())/float64(seqN), float64(closeSum.Microseconds())/float64(seqN),
 		float64(seqN)/seqWall.Seconds())
 	t.Log(steps.report("sequential"))
 
+	prime(conN)
+	st0, _ = poolStats(d)
 	steps = traceSteps(t)
 	conns := make([]*Conn, conN)
 	errs := make([]error, conN)
@@ -145,6 +196,8 @@ func setupProfile(t *testing.T) {
 		sum += durs[i]
 		worst = max(worst, durs[i])
 	}
+	st, _ = poolStats(d)
+	t.Logf("SETUP pool=%v concurrent: QPs reused %d, created %d", pool, st.Reused-st0.Reused, st.Created-st0.Created)
 	t0 := time.Now()
 	for _, c := range conns {
 		if c != nil {
@@ -153,8 +206,8 @@ func setupProfile(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("SETUP concurrent n=%d wall_ms=%.1f per_conn_us=%.1f dial_mean_us=%.1f dial_max_us=%.1f conns_per_s=%.1f close_all_ms=%.1f",
-		conN, float64(conWall.Microseconds())/1e3, float64(conWall.Microseconds())/float64(conN),
+	t.Logf("SETUP pool=%v concurrent n=%d wall_ms=%.1f per_conn_us=%.1f dial_mean_us=%.1f dial_max_us=%.1f conns_per_s=%.1f close_all_ms=%.1f",
+		pool, conN, float64(conWall.Microseconds())/1e3, float64(conWall.Microseconds())/float64(conN),
 		float64(sum.Microseconds())/float64(conN), float64(worst.Microseconds()),
 		float64(conN)/conWall.Seconds(), float64(time.Since(t0).Microseconds())/1e3)
 	t.Log(steps.report("concurrent"))
