@@ -15,33 +15,42 @@ import (
 
 // stepStats aggregates setupTrace reports per side and step.
 type stepStats struct {
-	mu    sync.Mutex
-	order []string
-	sum   map[string]time.Duration
-	max   map[string]time.Duration
-	n     map[string]int
+	mu      sync.Mutex
+	order   []string
+	samples map[string][]time.Duration
 }
 
 func traceSteps(t testing.TB) *stepStats {
-	s := &stepStats{sum: map[string]time.Duration{}, max: map[string]time.Duration{}, n: map[string]int{}}
+	s := &stepStats{samples: map[string][]time.Duration{}}
 	f := func(side, step string, d time.Duration) {
 		k := side + ": " + step
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if _, ok := s.n[k]; !ok {
+		if _, ok := s.samples[k]; !ok {
 			s.order = append(s.order, k)
 		}
-		s.sum[k] += d
-		s.n[k]++
-		s.max[k] = max(s.max[k], d)
+		s.samples[k] = append(s.samples[k], d)
 	}
 	setupTrace.Store(&f)
 	t.Cleanup(func() { setupTrace.Store(nil) })
 	return s
 }
 
-// report writes one line per step: count, mean and max in microseconds,
-// and a total per side of the means.
+// median is the median of ds in microseconds (ds is sorted in place).
+func median(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	if n := len(ds); n%2 == 0 {
+		return float64((ds[n/2-1] + ds[n/2]).Microseconds()) / 2
+	}
+	return float64(ds[len(ds)/2].Microseconds())
+}
+
+// report writes one line per step: count, median, mean and max in
+// microseconds, and a total per side of the medians and of the means (the
+// guest's outliers, a page fault or a descheduled vCPU, weigh on the means).
 func (s *stepStats) report(title string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -49,16 +58,24 @@ func (s *stepStats) report(title string) string {
 	fmt.Fprintf(&b, "%s: per-step set-up times (us)\n", title)
 	keys := append([]string(nil), s.order...)
 	sort.SliceStable(keys, func(i, j int) bool { return side(keys[i]) < side(keys[j]) })
-	total := map[string]float64{}
+	med, mean := map[string]float64{}, map[string]float64{}
 	for _, k := range keys {
-		mean := float64(s.sum[k].Microseconds()) / float64(s.n[k])
-		if side(k) != "endpoint" { // part of "new conn"
-			total[side(k)] += mean
+		ds := s.samples[k]
+		var sum time.Duration
+		for _, d := range ds {
+			sum += d
 		}
-		fmt.Fprintf(&b, "  %-40s n=%-5d mean=%9.1f max=%9.1f\n", k, s.n[k], mean, float64(s.max[k].Microseconds()))
+		m := float64(sum.Microseconds()) / float64(len(ds))
+		p50 := median(ds)
+		if side(k) != "endpoint" { // part of "new conn"
+			med[side(k)] += p50
+			mean[side(k)] += m
+		}
+		fmt.Fprintf(&b, "  %-40s n=%-5d median=%9.1f mean=%9.1f max=%9.1f\n", k, len(ds), p50, m,
+			float64(ds[len(ds)-1].Microseconds()))
 	}
 	for _, sd := range []string{"dial", "accept"} {
-		fmt.Fprintf(&b, "  %-40s mean=%9.1f\n", sd+": total", total[sd])
+		fmt.Fprintf(&b, "  %-40s median=%9.1f mean=%9.1f\n", sd+": total", med[sd], mean[sd])
 	}
 	return b.String()
 }
@@ -145,7 +162,8 @@ func setupProfile(t *testing.T, pool bool) {
 	st0, _ := poolStats(d)
 
 	steps := traceSteps(t)
-	var dialSum, closeSum time.Duration
+	dials := make([]time.Duration, 0, seqN)
+	var closeSum time.Duration
 	start := time.Now()
 	for i := range seqN {
 		t0 := time.Now()
@@ -157,63 +175,70 @@ func setupProfile(t *testing.T, pool bool) {
 		if err := c.Close(); err != nil {
 			t.Fatalf("sequential close %d: %v", i, err)
 		}
-		dialSum += t1.Sub(t0)
+		dials = append(dials, t1.Sub(t0))
 		closeSum += time.Since(t1)
 	}
 	seqWall := time.Since(start)
 	st, pooled := poolStats(d)
 	t.Logf("SETUP pool=%v sequential: QPs reused %d, created %d (%d pooled after)", pool,
 		st.Reused-st0.Reused, st.Created-st0.Created, pooled)
-	t.Logf("SETUP pool=%v sequential n=%d dial_mean_us=%.1f close_mean_us=%.1f conns_per_s=%.1f",
-		pool, seqN, float64(dialSum.Microseconds())/float64(seqN), float64(closeSum.Microseconds())/float64(seqN),
-		float64(seqN)/seqWall.Seconds())
+	var dialSum time.Duration
+	for _, x := range dials {
+		dialSum += x
+	}
+	t.Logf("SETUP pool=%v sequential n=%d dial_median_us=%.1f dial_mean_us=%.1f close_mean_us=%.1f conns_per_s=%.1f",
+		pool, seqN, median(dials), float64(dialSum.Microseconds())/float64(seqN),
+		float64(closeSum.Microseconds())/float64(seqN), float64(seqN)/seqWall.Seconds())
 	t.Log(steps.report("sequential"))
 
-	prime(conN)
-	st0, _ = poolStats(d)
+	// Concurrent: RDMA_SETUP_ROUNDS rounds (default 1) of conN dials at
+	// once; the wall time of a round is what compares with cmtime -c conN.
+	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
 	steps = traceSteps(t)
-	conns := make([]*Conn, conN)
-	errs := make([]error, conN)
-	durs := make([]time.Duration, conN)
-	var dw sync.WaitGroup
-	start = time.Now()
-	for i := range conN {
-		dw.Add(1)
-		go func() {
-			defer dw.Done()
-			t0 := time.Now()
-			conns[i], errs[i] = Dial("rdma", ln.Addr().String())
-			durs[i] = time.Since(t0)
-		}()
-	}
-	dw.Wait()
-	conWall := time.Since(start)
-	var sum, worst time.Duration
-	for i := range conN {
-		if errs[i] != nil {
-			t.Errorf("concurrent dial %d: %v", i, errs[i])
+	var walls []time.Duration
+	for r := range rounds {
+		prime(conN)
+		st0, _ = poolStats(d)
+		conns := make([]*Conn, conN)
+		errs := make([]error, conN)
+		durs := make([]time.Duration, conN)
+		var dw sync.WaitGroup
+		start = time.Now()
+		for i := range conN {
+			dw.Add(1)
+			go func() {
+				defer dw.Done()
+				t0 := time.Now()
+				conns[i], errs[i] = Dial("rdma", ln.Addr().String())
+				durs[i] = time.Since(t0)
+			}()
 		}
-		sum += durs[i]
-		worst = max(worst, durs[i])
-	}
-	st, _ = poolStats(d)
-	t.Logf("SETUP pool=%v concurrent: QPs reused %d, created %d", pool, st.Reused-st0.Reused, st.Created-st0.Created)
-	t0 := time.Now()
-	for _, c := range conns {
-		if c != nil {
-			if err := c.Close(); err != nil {
-				t.Errorf("close: %v", err)
+		dw.Wait()
+		conWall := time.Since(start)
+		walls = append(walls, conWall)
+		for i := range conN {
+			if errs[i] != nil {
+				t.Errorf("concurrent dial %d: %v", i, errs[i])
+			} else if durs[i] <= 0 {
+				t.Errorf("dial %d took no time", i)
 			}
 		}
-	}
-	t.Logf("SETUP pool=%v concurrent n=%d wall_ms=%.1f per_conn_us=%.1f dial_mean_us=%.1f dial_max_us=%.1f conns_per_s=%.1f close_all_ms=%.1f",
-		pool, conN, float64(conWall.Microseconds())/1e3, float64(conWall.Microseconds())/float64(conN),
-		float64(sum.Microseconds())/float64(conN), float64(worst.Microseconds()),
-		float64(conN)/conWall.Seconds(), float64(time.Since(t0).Microseconds())/1e3)
-	t.Log(steps.report("concurrent"))
-	for i := range conN {
-		if errs[i] == nil && durs[i] <= 0 {
-			t.Errorf("dial %d took no time", i)
+		st, _ = poolStats(d)
+		t0 := time.Now()
+		for _, c := range conns {
+			if c != nil {
+				if err := c.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			}
 		}
+		t.Logf("SETUP pool=%v concurrent round %d n=%d wall_ms=%.1f per_conn_us=%.1f dial_median_us=%.1f conns_per_s=%.1f close_all_ms=%.1f (QPs reused %d, created %d)",
+			pool, r, conN, float64(conWall.Microseconds())/1e3, float64(conWall.Microseconds())/float64(conN),
+			median(durs), float64(conN)/conWall.Seconds(), float64(time.Since(t0).Microseconds())/1e3,
+			st.Reused-st0.Reused, st.Created-st0.Created)
 	}
+	w := median(walls)
+	t.Logf("SETUP pool=%v concurrent n=%d rounds=%d wall_median_ms=%.1f per_conn_us=%.1f conns_per_s=%.1f",
+		pool, conN, rounds, w/1e3, w/float64(conN), float64(conN)/(w/1e6))
+	t.Log(steps.report("concurrent"))
 }
