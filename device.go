@@ -37,6 +37,7 @@ type device struct {
 	// From the Config of the device's first connection (atomics: the
 	// tests change them): Config.QPPool and Config.DeviceLinger, resolved.
 	qpMax     atomic.Int32
+	attr      *verbs.DeviceAttr // ibv_query_device's, once (it does not change)
 	lingerFor atomic.Int64
 }
 
@@ -88,10 +89,10 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	if d.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	attr, err := ctx.QueryDevice()
-	if err != nil {
+	if d.attr, err = ctx.QueryDevice(); err != nil {
 		return nil, err
 	}
+	attr := d.attr
 	d.windows = attr.MemWindow2
 	d.reg = &registrar{pd: d.pd, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.windows {

@@ -115,16 +115,6 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if err != nil {
 		return nil, err
 	}
-	port, err := ctx.QueryPort(id.PortNum())
-	if err != nil {
-		return nil, err
-	}
-	devAttr, err := ctx.QueryDevice()
-	if err != nil {
-		return nil, err
-	}
-	e.lim = port.Limits(devAttr)
-	st.step("query port+device")
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -132,6 +122,14 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 		return nil, err // fail fast: the port is down, or the device failed
 	}
 	st.step("acquire device")
+	// The port's attributes may change (its MTU, its state); the device's
+	// do not: the device queried them once.
+	port, err := ctx.QueryPort(id.PortNum())
+	if err != nil {
+		return nil, err
+	}
+	e.lim = port.Limits(e.dev.attr)
+	st.step("query port")
 	e.entries = e.maxRecv + e.sqDepth
 	// A reset QP of this shape from the device's pool, with its poller;
 	// else a new one on the least-loaded poller. A device that refused the

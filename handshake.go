@@ -181,10 +181,8 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if err = id.ResolveRoute(msUntil(ctx)); err != nil {
 		return nil, classifyResolve(err) // e.g. loopback: no RDMA device routes there
 	}
-	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
-		return nil, err
-	}
-	st.step("resolve route")
+	// While the kernel resolves the route: the address gave the device and
+	// port, which is all the QP, the rings and the INIT transition need.
 	if c, err = newConn(cfg, ch, id); err != nil {
 		return nil, err
 	}
@@ -198,6 +196,10 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		return nil, err
 	}
 	st.step("post receives")
+	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
+		return nil, err
+	}
+	st.step("resolve route (rest)")
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
 	ours := hello(c)
 	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
