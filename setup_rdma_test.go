@@ -130,6 +130,8 @@ func setupProfile(t *testing.T, pool bool) {
 	// prime dials n connections at once and closes them, then waits for
 	// their QPs to come back to the pool (none without it).
 	prime := func(n int) {
+		saved := setupTrace.Swap(nil) // the priming dials are not measured
+		defer setupTrace.Store(saved)
 		conns := make([]*Conn, n)
 		var dw sync.WaitGroup
 		for i := range n {
