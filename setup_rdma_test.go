@@ -20,8 +20,10 @@ type stepStats struct {
 	samples map[string][]time.Duration
 }
 
-func traceSteps(t testing.TB) *stepStats {
-	s := &stepStats{samples: map[string][]time.Duration{}}
+func newStepStats() *stepStats { return &stepStats{samples: map[string][]time.Duration{}} }
+
+// install makes s receive the set-up steps from now on.
+func (s *stepStats) install() {
 	f := func(side, step string, d time.Duration) {
 		k := side + ": " + step
 		s.mu.Lock()
@@ -32,8 +34,6 @@ func traceSteps(t testing.TB) *stepStats {
 		s.samples[k] = append(s.samples[k], d)
 	}
 	setupTrace.Store(&f)
-	t.Cleanup(func() { setupTrace.Store(nil) })
-	return s
 }
 
 // median is the median of ds in microseconds (ds is sorted in place).
@@ -84,28 +84,26 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 
 // TestSetupProfile measures connection set-up against an in-process
 // listener while a long-lived connection holds the device (as cmtime's
-// process holds its device context): RDMA_SETUP_SEQ (default 10)
-// sequential dial+close cycles, then RDMA_SETUP_CONNS (default 10)
-// concurrent dials, reporting per-connection times, connections per
-// second and the per-step times of dial and accept; without the QP pool,
-// then with it. scripts/setupbench runs it with larger counts next to
-// rdma-core's cmtime.
+// process holds its device context), without and with the QP pool:
+// RDMA_SETUP_ROUNDS rounds (default 1), each running, for both modes in
+// alternating order (so that the guest's drift weighs on both alike),
+// RDMA_SETUP_SEQ (default 10) sequential dial+close cycles and then
+// RDMA_SETUP_CONNS (default 10) concurrent dials. It reports per mode the
+// median sequential dial, the median wall time of the concurrent rounds
+// (per connection and connections per second: what compares with
+// cmtime -c N) and the per-step times of dial and accept.
+// scripts/setupbench runs it with larger counts next to rdma-core's cmtime.
 //
-// Both runs first prime the device: RDMA_SETUP_CONNS connections dialled
-// and closed, and (with the pool) their QPs back in the pool, which they
-// join only at their TIMEWAIT_EXIT, about 2 s after Close here. The
-// figures with the pool are thus those of dials that come at least that
-// long after earlier connections closed (steady churn), with a pool large
-// enough for both ends of every measured connection (this process is both
-// dialer and listener).
+// Before each measured phase the device is primed: RDMA_SETUP_CONNS
+// connections dialled and closed, and with the pool their QPs back in the
+// pool, which they join only at their TIMEWAIT_EXIT, about 2 s after
+// Close here. The figures with the pool are thus those of dials that come
+// at least that long after earlier connections closed (steady churn),
+// with a pool large enough for both ends of every measured connection
+// (this process is both dialer and listener).
 func TestSetupProfile(t *testing.T) {
-	for _, pool := range []bool{false, true} {
-		t.Run(fmt.Sprintf("pool=%v", pool), func(t *testing.T) { setupProfile(t, pool) })
-	}
-}
-
-func setupProfile(t *testing.T, pool bool) {
 	seqN, conN := envInt("RDMA_SETUP_SEQ", 10), envInt("RDMA_SETUP_CONNS", 10)
+	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
 	checkLeaksAtEnd(t)
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
@@ -120,18 +118,43 @@ func setupProfile(t *testing.T, pool bool) {
 		t.Fatal(err)
 	}
 	d := keep.dev
-	want := 0 // QPs the pool must hold before a measured phase
-	if pool {
-		want = 2 * max(seqN, conN)
-		d.qpMax.Store(int32(want))
-	} else {
+	size := 2 * max(seqN, conN) // QPs the pool holds before a measured phase
+
+	type mode struct {
+		pool               bool
+		seq, walls         []time.Duration
+		seqSteps, conSteps *stepStats
+		reused, created    int
+		closeSum           time.Duration
+		seqWall            time.Duration
+	}
+	modes := []*mode{{pool: false}, {pool: true}}
+	for _, m := range modes {
+		m.seqSteps, m.conSteps = newStepStats(), newStepStats()
+	}
+	t.Cleanup(func() { setupTrace.Store(nil) })
+
+	// setMode switches the device's pool on (size QPs) or off (emptied).
+	setMode := func(m *mode) {
+		if m.pool {
+			d.qpMax.Store(int32(size))
+			return
+		}
 		d.qpMax.Store(0)
+		d.qps.mu.Lock()
+		for sh, l := range d.qps.free {
+			for _, q := range l {
+				q.qp.Close()
+			}
+			delete(d.qps.free, sh)
+		}
+		d.qps.n = 0
+		d.qps.mu.Unlock()
 	}
 	// prime dials n connections at once and closes them, then waits for
-	// their QPs to come back to the pool (none without it).
-	prime := func(n int) {
-		saved := setupTrace.Swap(nil) // the priming dials are not measured
-		defer setupTrace.Store(saved)
+	// their QPs to come back to the pool (for their ends to be gone without).
+	prime := func(m *mode, n int) {
+		setupTrace.Store(nil) // the priming dials are not measured
 		conns := make([]*Conn, n)
 		var dw sync.WaitGroup
 		for i := range n {
@@ -154,93 +177,94 @@ func setupProfile(t *testing.T, pool bool) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		if pool {
-			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= want })
+		if m.pool {
+			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= size })
 		} else {
-			settleDevices(rdmatest.Scale(15 * time.Second)) // the closed connections' ends are gone
+			settleDevices(rdmatest.Scale(15 * time.Second))
 		}
 	}
-	prime(max(seqN, conN))
-	st0, _ := poolStats(d)
-
-	steps := traceSteps(t)
-	dials := make([]time.Duration, 0, seqN)
-	var closeSum time.Duration
-	start := time.Now()
-	for i := range seqN {
-		t0 := time.Now()
-		c, err := Dial("rdma", ln.Addr().String())
-		if err != nil {
-			t.Fatalf("sequential dial %d: %v", i, err)
-		}
-		t1 := time.Now()
-		if err := c.Close(); err != nil {
-			t.Fatalf("sequential close %d: %v", i, err)
-		}
-		dials = append(dials, t1.Sub(t0))
-		closeSum += time.Since(t1)
+	count := func(m *mode, st0 qpPoolStats) {
+		st, _ := poolStats(d)
+		m.reused += st.Reused - st0.Reused
+		m.created += st.Created - st0.Created
 	}
-	seqWall := time.Since(start)
-	st, pooled := poolStats(d)
-	t.Logf("SETUP pool=%v sequential: QPs reused %d, created %d (%d pooled after)", pool,
-		st.Reused-st0.Reused, st.Created-st0.Created, pooled)
-	var dialSum time.Duration
-	for _, x := range dials {
-		dialSum += x
+	sequential := func(m *mode) {
+		prime(m, max(seqN, conN))
+		st0, _ := poolStats(d)
+		m.seqSteps.install()
+		start := time.Now()
+		for i := range seqN {
+			t0 := time.Now()
+			c, err := Dial("rdma", ln.Addr().String())
+			if err != nil {
+				t.Fatalf("sequential dial %d: %v", i, err)
+			}
+			t1 := time.Now()
+			if err := c.Close(); err != nil {
+				t.Fatalf("sequential close %d: %v", i, err)
+			}
+			m.seq = append(m.seq, t1.Sub(t0))
+			m.closeSum += time.Since(t1)
+		}
+		m.seqWall += time.Since(start)
+		setupTrace.Store(nil)
+		count(m, st0)
 	}
-	t.Logf("SETUP pool=%v sequential n=%d dial_median_us=%.1f dial_mean_us=%.1f close_mean_us=%.1f conns_per_s=%.1f",
-		pool, seqN, median(dials), float64(dialSum.Microseconds())/float64(seqN),
-		float64(closeSum.Microseconds())/float64(seqN), float64(seqN)/seqWall.Seconds())
-	t.Log(steps.report("sequential"))
-
-	// Concurrent: RDMA_SETUP_ROUNDS rounds (default 1) of conN dials at
-	// once; the wall time of a round is what compares with cmtime -c conN.
-	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
-	steps = traceSteps(t)
-	var walls []time.Duration
-	for r := range rounds {
-		prime(conN)
-		st0, _ = poolStats(d)
+	concurrent := func(m *mode) {
+		prime(m, conN)
+		st0, _ := poolStats(d)
 		conns := make([]*Conn, conN)
 		errs := make([]error, conN)
-		durs := make([]time.Duration, conN)
+		m.conSteps.install()
 		var dw sync.WaitGroup
-		start = time.Now()
+		start := time.Now()
 		for i := range conN {
 			dw.Add(1)
 			go func() {
 				defer dw.Done()
-				t0 := time.Now()
 				conns[i], errs[i] = Dial("rdma", ln.Addr().String())
-				durs[i] = time.Since(t0)
 			}()
 		}
 		dw.Wait()
-		conWall := time.Since(start)
-		walls = append(walls, conWall)
-		for i := range conN {
+		wall := time.Since(start)
+		setupTrace.Store(nil)
+		m.walls = append(m.walls, wall)
+		count(m, st0)
+		for i, c := range conns {
 			if errs[i] != nil {
 				t.Errorf("concurrent dial %d: %v", i, errs[i])
-			} else if durs[i] <= 0 {
-				t.Errorf("dial %d took no time", i)
+			} else if err := c.Close(); err != nil {
+				t.Errorf("close: %v", err)
 			}
 		}
-		st, _ = poolStats(d)
-		t0 := time.Now()
-		for _, c := range conns {
-			if c != nil {
-				if err := c.Close(); err != nil {
-					t.Errorf("close: %v", err)
-				}
-			}
-		}
-		t.Logf("SETUP pool=%v concurrent round %d n=%d wall_ms=%.1f per_conn_us=%.1f dial_median_us=%.1f conns_per_s=%.1f close_all_ms=%.1f (QPs reused %d, created %d)",
-			pool, r, conN, float64(conWall.Microseconds())/1e3, float64(conWall.Microseconds())/float64(conN),
-			median(durs), float64(conN)/conWall.Seconds(), float64(time.Since(t0).Microseconds())/1e3,
-			st.Reused-st0.Reused, st.Created-st0.Created)
+		t.Logf("SETUP pool=%v concurrent n=%d wall_ms=%.1f", m.pool, conN, float64(wall.Microseconds())/1e3)
 	}
-	w := median(walls)
-	t.Logf("SETUP pool=%v concurrent n=%d rounds=%d wall_median_ms=%.1f per_conn_us=%.1f conns_per_s=%.1f",
-		pool, conN, rounds, w/1e3, w/float64(conN), float64(conN)/(w/1e6))
-	t.Log(steps.report("concurrent"))
+	for r := range rounds {
+		order := modes
+		if r%2 == 1 {
+			order = []*mode{modes[1], modes[0]}
+		}
+		for _, m := range order {
+			setMode(m)
+			sequential(m)
+			concurrent(m)
+		}
+	}
+	for _, m := range modes {
+		n := len(m.seq)
+		t.Logf("SETUP pool=%v sequential n=%d dial_median_us=%.1f close_mean_us=%.1f conns_per_s=%.1f (QPs reused %d, created %d in all)",
+			m.pool, n, median(m.seq), float64(m.closeSum.Microseconds())/float64(n), float64(n)/m.seqWall.Seconds(),
+			m.reused, m.created)
+		w := median(m.walls)
+		t.Logf("SETUP pool=%v concurrent n=%d rounds=%d wall_median_ms=%.1f per_conn_us=%.1f conns_per_s=%.1f",
+			m.pool, conN, rounds, w/1e3, w/float64(conN), float64(conN)/(w/1e6))
+		t.Log(m.seqSteps.report(fmt.Sprintf("pool=%v sequential", m.pool)))
+		t.Log(m.conSteps.report(fmt.Sprintf("pool=%v concurrent", m.pool)))
+	}
+	if modes[1].reused == 0 {
+		t.Error("with the pool on, no dial reused a pooled QP")
+	}
+	if modes[0].reused != 0 {
+		t.Errorf("with the pool off, %d QPs were reused", modes[0].reused)
+	}
 }
