@@ -97,7 +97,9 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 // Before each measured phase the device is primed: RDMA_SETUP_CONNS
 // connections dialled and closed, and with the pool their QPs back in the
 // pool, which they join only at their TIMEWAIT_EXIT, about 2 s after
-// Close here. The figures with the pool are thus those of dials that come
+// Close here; both modes then wait until RDMA_SETUP_QUIET_MS (default
+// 3000) after those closes, so that neither measures the other's
+// disconnects. The figures with the pool are thus those of dials that come
 // at least that long after earlier connections closed (steady churn),
 // with a pool large enough for both ends of every measured connection
 // (this process is both dialer and listener).
@@ -119,6 +121,7 @@ func TestSetupProfile(t *testing.T) {
 	}
 	d := keep.dev
 	size := 2 * max(seqN, conN) // QPs the pool holds before a measured phase
+	quiet := time.Duration(envInt("RDMA_SETUP_QUIET_MS", 3000)) * time.Millisecond
 
 	type mode struct {
 		pool               bool
@@ -177,11 +180,16 @@ func TestSetupProfile(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
+		closed := time.Now()
 		if m.pool {
 			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= size })
-		} else {
-			settleDevices(rdmatest.Scale(15 * time.Second))
 		}
+		// Both modes start quiet: the priming connections' disconnects and
+		// timewaits done in the kernel (with the pool their ids live until
+		// TIMEWAIT_EXIT, about 2 s; without it Close destroys the id but the
+		// kernel's CM still holds the connection's timewait).
+		settleDevices(rdmatest.Scale(15 * time.Second))
+		time.Sleep(time.Until(closed.Add(quiet)))
 	}
 	count := func(m *mode, st0 qpPoolStats) {
 		st, _ := poolStats(d)
