@@ -10,6 +10,7 @@ import (
 
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/settle"
 	"github.com/verbline/rdma/internal/verbs"
 )
 
@@ -41,7 +42,10 @@ import (
 // atomic: the tests shorten it).
 var qpTimewaitMax atomic.Int64
 
-func init() { qpTimewaitMax.Store(int64(10 * time.Second)) }
+func init() {
+	qpTimewaitMax.Store(int64(10 * time.Second))
+	settle.Register(settleDevices) // the tests' resource checks, in any package
+}
 
 // qpShape is what a pooled QP must match: its queue sizes and the inline
 // room asked for at creation.

@@ -267,7 +267,7 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 		t.Fatalf("pool bounded at 3: %d pooled, %+v", n, st)
 	}
 	settle := rdmatest.Settle
-	rdmatest.Settle = nil // it would end the device's linger
+	rdmatest.Settle = func() {} // settling would end the device's linger
 	defer func() { rdmatest.Settle = settle }()
 	qps := rdmatest.Resources(t)["qp"]
 
