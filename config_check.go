@@ -1,6 +1,9 @@
 package rdma
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // ConfigError is a Config field outside its legal range. Dial, Listen and
 // their Dialer and ListenConfig forms check the Config before any device
@@ -60,5 +63,42 @@ func (c *Config) check() error {
 		return bad("TrafficClass", c.TrafficClass, "want 0..%d (the GRH traffic class is 8 bits: DSCP << 2 | ECN)",
 			maxTrafficClass)
 	}
+	if c.QPPool > maxQPPool {
+		return bad("QPPool", c.QPPool, "want 0 (64), a negative value (no pool) or up to %d QPs per device", maxQPPool)
+	}
+	if c.DeviceLinger > maxDeviceLinger {
+		return bad("DeviceLinger", c.DeviceLinger, "want 0 (2 s), a negative value (none) or up to %v", maxDeviceLinger)
+	}
 	return nil
+}
+
+// The QP pool's and the device linger's bounds (Config.QPPool,
+// Config.DeviceLinger) and defaults.
+const (
+	maxQPPool           = 4096
+	defaultQPPool       = 64
+	maxDeviceLinger     = time.Hour
+	defaultDeviceLinger = 2 * time.Second
+)
+
+// qpPoolSize is c's QPPool resolved: 0 for no pool.
+func (c *Config) qpPoolSize() int {
+	switch {
+	case c.QPPool == 0:
+		return defaultQPPool
+	case c.QPPool < 0:
+		return 0
+	}
+	return c.QPPool
+}
+
+// deviceLinger is c's DeviceLinger resolved: 0 for none.
+func (c *Config) deviceLinger() time.Duration {
+	switch {
+	case c.DeviceLinger == 0:
+		return defaultDeviceLinger
+	case c.DeviceLinger < 0:
+		return 0
+	}
+	return c.DeviceLinger
 }

@@ -344,11 +344,17 @@ func (c *Conn) release() error {
 		b.Release()
 	}
 	c.dev.bufReturned() // the device may have been waiting for these
-	if derr := c.id.Destroy(); derr != nil && err == nil {
-		err = derr
+	if c.ep.parkDev != nil {
+		// The QP, reset, goes to the device's pool at the id's
+		// TIMEWAIT_EXIT (qppool.go): the id and the event loop live until then.
+		go c.ep.retire(c.id, c.ch, c.eventsDone)
+	} else {
+		if derr := c.id.Destroy(); derr != nil && err == nil {
+			err = derr
+		}
+		c.ch.Close() // ends eventLoop
+		<-c.eventsDone
 	}
-	c.ch.Close() // ends eventLoop
-	<-c.eventsDone
 	unregisterConn(c) // metrics: its counts join its device's totals
 	return err
 }
@@ -403,6 +409,8 @@ func (c *Conn) eventLoop() {
 			if ev.Type == rdmacm.EventDisconnected {
 				c.id.Disconnect() // answer the peer's DREQ
 			}
+		case rdmacm.EventTimewaitExit:
+			c.ep.timewaitExit() // the QP may be reused (qppool.go)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
@@ -29,7 +30,15 @@ type device struct {
 	// than the peer's receive buffers can be lent to the peer for one RDMA
 	// READ (rendezvous.go) without registering memory on the data path.
 	windows    bool
-	faultState // faults.go: async events, the connections they affect
+	faultState             // faults.go: async events, the connections they affect
+	qps        qpPool      // reset QPs for new connections (qppool.go)
+	linger     *time.Timer // set while the device waits, unused, for a new connection (devices.mu)
+	lingerGen  uint64      // which linger timer is current (devices.mu)
+	// From the Config of the device's first connection (atomics: the
+	// tests change them): Config.QPPool and Config.DeviceLinger, resolved.
+	qpMax     atomic.Int32
+	attr      *verbs.DeviceAttr // ibv_query_device's, once (it does not change)
+	lingerFor atomic.Int64
 }
 
 // pollerConfig is the device pollers' share of the Config.
@@ -63,9 +72,15 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	}
 	if d := devices.m[ctx.Key()]; d != nil {
 		d.refs++
+		if d.linger != nil {
+			d.linger.Stop()
+			d.linger = nil
+		}
 		return d, nil
 	}
 	d := &device{key: ctx.Key(), ctx: ctx, refs: 1}
+	d.qpMax.Store(int32(cfg.qpPoolSize()))
+	d.lingerFor.Store(int64(cfg.deviceLinger()))
 	defer func() {
 		if err != nil {
 			d.teardown()
@@ -74,10 +89,10 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	if d.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	attr, err := ctx.QueryDevice()
-	if err != nil {
+	if d.attr, err = ctx.QueryDevice(); err != nil {
 		return nil, err
 	}
+	attr := d.attr
 	d.windows = attr.MemWindow2
 	d.reg = &registrar{pd: d.pd, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.windows {
@@ -130,16 +145,65 @@ func (d *device) maybeTeardownLocked() {
 	if d.refs > 0 || d.pool.Stats().InUseBytes > 0 || devices.m[d.key] != d {
 		return
 	}
+	if linger := time.Duration(d.lingerFor.Load()); linger > 0 && fatalDevices[d.key] == nil {
+		// Kept a while for the next connection (its QP pool, pollers and
+		// registered buffers are warm); lingerExpired tears it down.
+		if d.linger == nil {
+			d.lingerGen++
+			gen := d.lingerGen
+			d.linger = time.AfterFunc(linger, func() { d.lingerExpired(gen) })
+		}
+		return
+	}
+	d.teardownLocked()
+}
+
+// lingerExpired tears the device down if it is still unused when its
+// linger timer number gen fires.
+func (d *device) lingerExpired(gen uint64) {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d.linger == nil || d.lingerGen != gen {
+		return // a connection came (and maybe went: a newer timer runs)
+	}
+	d.linger = nil
+	if d.refs > 0 || d.pool.Stats().InUseBytes > 0 || devices.m[d.key] != d {
+		return
+	}
+	d.teardownLocked()
+}
+
+// flushLingeringDevices tears down at once every device that only lingers
+// (no connection, no buffer out): for the tests' leak checks.
+func flushLingeringDevices() {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	for _, d := range devices.m {
+		if d.linger != nil && d.refs == 0 && d.pool.Stats().InUseBytes == 0 {
+			d.linger.Stop()
+			d.linger = nil
+			d.teardownLocked()
+		}
+	}
+}
+
+// teardownLocked removes an unused device from the table and frees it.
+func (d *device) teardownLocked() {
 	delete(devices.m, d.key)
 	// Not here: this may run on a poller's goroutine (a buffer released by a
 	// completion) or under a Conn's lock while a poller waits for that lock,
 	// and teardown waits for the pollers to stop.
+	tearingDown.Add(1)
 	go func() {
+		defer tearingDown.Add(-1)
 		if err := d.teardown(); err != nil {
 			teardownErr.Store(&err) // the tests' leak checks report it
 		}
 	}()
 }
+
+// tearingDown counts device teardowns under way (for the tests' leak checks).
+var tearingDown atomic.Int64
 
 // teardownErr is the last error of a device teardown (destroying the CQs,
 // deregistering the pool, deallocating the PD), which no caller is left
@@ -149,6 +213,7 @@ var teardownErr atomic.Pointer[error]
 func (d *device) teardown() error {
 	d.stopFaults()
 	var errs []error
+	errs = append(errs, d.qps.drain()) // the pooled QPs complete into the pollers' CQs
 	if d.pollers != nil {
 		errs = append(errs, d.pollers.Close())
 	}

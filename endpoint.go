@@ -5,6 +5,7 @@ package rdma
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
@@ -45,6 +46,15 @@ type endpoint struct {
 	ackTimeoutSet    uint8        // what the QP got at RTS (for the detection bound)
 	avSet            verbs.AHAttr // the address vector the QP got at RTR (its SL, which a device may not keep)
 	closed           bool
+
+	// The QP pool (qppool.go).
+	shape       qpShape       // the QP's queue sizes and inline request
+	reused      bool          // the QP came from the pool
+	established bool          // the connection was established: its QP may go back to the pool
+	parked      pooledQP      // the QP, reset and handed off, waiting for TIMEWAIT_EXIT
+	parkDev     *device       // the device reference the parked QP holds
+	twExit      chan struct{} // closed at the id's TIMEWAIT_EXIT
+	twOnce      sync.Once
 }
 
 // Work-request ids: [token:24][kind:8][index:32].
@@ -85,7 +95,7 @@ const maxOneSided = 16
 const maxRendezvous = 8
 
 func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err error) {
-	e := &endpoint{bufSize: cfg.BufferSize, maxRecv: cfg.RecvBuffers + maxRendezvous + ctlRecvReserve, maxSend: cfg.SendBuffers,
+	e := &endpoint{twExit: make(chan struct{}), bufSize: cfg.BufferSize, maxRecv: cfg.RecvBuffers + maxRendezvous + ctlRecvReserve, maxSend: cfg.SendBuffers,
 		maxMsgs: cfg.SendBuffers, maxOps: maxOneSided}
 	e.setTransport(cfg)
 	e.sqDepth = e.maxSend + e.maxMsgs + e.maxOps + ctlReserve + 3*maxRendezvous
@@ -100,38 +110,52 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 			e.recv = nil
 		}
 	}()
+	st := startSteps("endpoint")
 	ctx, err := id.Context()
 	if err != nil {
 		return nil, err
 	}
-	port, err := ctx.QueryPort(id.PortNum())
-	if err != nil {
-		return nil, err
-	}
-	devAttr, err := ctx.QueryDevice()
-	if err != nil {
-		return nil, err
-	}
-	e.lim = port.Limits(devAttr)
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
 	}
 	if err = e.dev.usable(id.PortNum()); err != nil {
 		return nil, err // fail fast: the port is down, or the device failed
 	}
-	e.entries = e.maxRecv + e.sqDepth
-	p, tok, err := e.dev.pollers.Attach(h, e.entries)
+	st.step("acquire device")
+	// The port's attributes may change (its MTU, its state); the device's
+	// do not: the device queried them once.
+	port, err := ctx.QueryPort(id.PortNum())
 	if err != nil {
 		return nil, err
 	}
-	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
-	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
-		SendWR: e.sqDepth, RecvWR: e.maxRecv, InlineData: inlineRequest}
-	if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
-		qpc.InlineData = 0 // the device has less inline room (or none): post every payload by reference
-		if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
+	e.lim = port.Limits(e.dev.attr)
+	st.step("query port")
+	e.entries = e.maxRecv + e.sqDepth
+	// A reset QP of this shape from the device's pool, with its poller;
+	// else a new one on the least-loaded poller. A device that refused the
+	// inline request gave QPs without inline room: look for those too.
+	shape := qpShape{sendWR: e.sqDepth, recvWR: e.maxRecv, inline: inlineRequest}
+	noInline := qpShape{sendWR: e.sqDepth, recvWR: e.maxRecv}
+	if e.reused = e.takePooledQP(shape, h) || e.takePooledQP(noInline, h); e.reused {
+		st.step("QP from pool")
+	} else {
+		p, tok, err := e.dev.pollers.Attach(h, e.entries)
+		if err != nil {
 			return nil, err
 		}
+		e.poller, e.token = p, uint64(tok)<<poller.TokenShift
+		st.step("attach poller")
+		qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
+			SendWR: shape.sendWR, RecvWR: shape.recvWR, InlineData: shape.inline}
+		if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
+			qpc.InlineData = 0 // the device has less inline room (or none): post every payload by reference
+			if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
+				return nil, err
+			}
+		}
+		e.shape = qpShape{sendWR: qpc.SendWR, recvWR: qpc.RecvWR, inline: qpc.InlineData}
+		e.dev.qps.count(func(st *qpPoolStats) { st.Created++ })
+		st.step("create QP")
 	}
 	e.maxInline = e.qp.MaxInline
 	for range initialWindow(cfg) + ctlRecvReserve {
@@ -151,6 +175,7 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if e.rvDesc, err = e.dev.pool.Get(e.maxMsgs * wire.RendezvousLen); err != nil {
 		return nil, err
 	}
+	st.step("ring buffers")
 	return e, nil
 }
 
@@ -260,8 +285,10 @@ func (e *endpoint) postInitialRecvs() error {
 	return e.qp.PostRecv(wrs)
 }
 
-// close destroys the QP, leaves the poller and gives the send ring back to
-// the pool, then drops the device reference. Idempotent. The receive ring
+// close destroys the QP (or, for an established connection, resets it and
+// parks it for the device's QP pool: retire finishes that), leaves the
+// poller and gives the send ring back to the pool, then drops the device
+// reference (a parked QP keeps it). Idempotent. The receive ring
 // belongs to the Conn (some of it may be lent to the user) and is freed there.
 // The qp and poller pointers stay set (Stats reads their counters); closed
 // makes the teardown happen once.
@@ -271,7 +298,7 @@ func (e *endpoint) close() error {
 	}
 	e.closed = true
 	var errs []error
-	if e.qp != nil {
+	if e.qp != nil && !e.parkQP() {
 		errs = append(errs, e.qp.Close())
 	}
 	if e.poller != nil {
@@ -285,7 +312,9 @@ func (e *endpoint) close() error {
 		e.rvDesc.Release()
 	}
 	if e.dev != nil {
-		e.dev.release()
+		if e.parkDev == nil {
+			e.dev.release()
+		}
 		e.dev = nil
 	}
 	return errors.Join(errs...)

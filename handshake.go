@@ -159,10 +159,12 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (*C
 
 // dialHello is dialConn announcing hello's private data.
 func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, hello helloFunc) (_ *Conn, err error) {
+	st := startSteps("dial")
 	ch, id, err := newChannelID()
 	if err != nil {
 		return nil, err
 	}
+	st.step("create channel+id")
 	var c *Conn
 	defer func() {
 		if err != nil {
@@ -175,22 +177,29 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if _, err = expect(ctx, ch, rdmacm.EventAddrResolved, "resolving the address"); err != nil {
 		return nil, err
 	}
+	st.step("resolve addr")
 	if err = id.ResolveRoute(msUntil(ctx)); err != nil {
 		return nil, classifyResolve(err) // e.g. loopback: no RDMA device routes there
 	}
-	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
-		return nil, err
-	}
+	// While the kernel resolves the route: the address gave the device and
+	// port, which is all the QP, the rings and the INIT transition need.
 	if c, err = newConn(cfg, ch, id); err != nil {
 		return nil, err
 	}
+	st.step("new conn (endpoint, rings)")
 	ep := c.ep
 	if err = ep.moveQP(id, verbs.StateInit); err != nil {
 		return nil, err
 	}
+	st.step("QP INIT")
 	if err = ep.postInitialRecvs(); err != nil {
 		return nil, err
 	}
+	st.step("post receives")
+	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
+		return nil, err
+	}
+	st.step("resolve route (rest)")
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
 	ours := hello(c)
 	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
@@ -201,6 +210,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if err != nil {
 		return nil, err
 	}
+	st.step("connect -> response")
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "listener", "dialer")
@@ -211,10 +221,14 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, err
 	}
+	st.step("QP RTR+RTS")
 	if err = id.Establish(); err != nil {
 		return nil, err
 	}
+	st.step("establish")
+	ep.established = true // its QP may go to the pool when it closes
 	c.start()
+	st.step("start")
 	return c, nil
 }
 
@@ -229,6 +243,7 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (*Conn, error
 // acceptHello is acceptConn answering with hello's private data.
 func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloFunc) (_ *Conn, err error) {
 	child := ev.ID
+	st := startSteps("accept")
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "dialer", "listener")
@@ -245,6 +260,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		ch.Close()
 		return nil, err
 	}
+	st.step("channel+migrate")
 	var c *Conn
 	defer func() {
 		if err != nil {
@@ -258,15 +274,18 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if c, err = newConn(cfg, ch, child); err != nil {
 		return nil, fail(err)
 	}
+	st.step("new conn (endpoint, rings)")
 	ours := hello(c)
 	c.setPeer(agreed(ours, peer))
 	ep := c.ep
 	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, fail(err)
 	}
+	st.step("QP INIT+RTR+RTS")
 	if err = ep.postInitialRecvs(); err != nil {
 		return nil, fail(err)
 	}
+	st.step("post receives")
 	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
 	if err = child.Accept(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
 		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
@@ -275,7 +294,10 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if _, err = expect(ctx, ch, rdmacm.EventEstablished, "waiting for the dialer to establish"); err != nil {
 		return nil, err
 	}
+	st.step("accept -> established")
+	ep.established = true // its QP may go to the pool when it closes
 	c.start()
+	st.step("start")
 	return c, nil
 }
 

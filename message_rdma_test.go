@@ -735,6 +735,7 @@ func waitNoDevice(t *testing.T) {
 	t.Helper()
 	rdmatest.Require(t)
 	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
+		flushLingeringDevices() // a device kept for the next connection would keep its Config
 		devices.mu.Lock()
 		n := len(devices.m)
 		devices.mu.Unlock()

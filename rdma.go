@@ -311,6 +311,19 @@ type Config struct {
 	// PoolMaxBytes caps the registered buffer pool of each device (send and
 	// receive rings and Alloc'd messages). 0 means 1 GiB.
 	PoolMaxBytes int64
+	// QPPool is how many queue pairs of closed connections each device
+	// keeps, reset, for new connections: a connection that takes one skips
+	// creating a QP and attaching it to a completion queue. A QP joins the
+	// pool only after its old connection's rdma_cm id reports
+	// TIMEWAIT_EXIT (about 2 s after Close on Soft-RoCE: stale packets may
+	// arrive until then), so it serves dials made that long after a close.
+	// 0 means 64; a negative value disables the pool; at most 4096.
+	QPPool int
+	// DeviceLinger is how long a device whose last connection closed is
+	// kept, with its pollers, registered buffers and QP pool, for the next
+	// connection. 0 means 2 s; a negative value tears it down at once; at
+	// most 1 h.
+	DeviceLinger time.Duration
 	// Backlog bounds the listener's connections not yet accepted: those
 	// waiting in Accept's queue and those still in their handshake. A
 	// connect request beyond it drops the oldest handshake still in

@@ -550,3 +550,47 @@ const SizeofQPAttr = C.sizeof_struct_ibv_qp_attr
 
 // Limits returns the validation limits for this QP's port.
 func (q *QP) PD() *PD { return q.pd }
+
+// Reset moves the QP to RESET from any state (ibv_modify_qp with only the
+// state): the device discards both work queues without completions and
+// forgets the connection (PSNs, destination QP, path), so the QP can be
+// connected again. It then asks the device, and fails unless the QP really
+// is in RESET. A QP that reached ERR is reusable only through here.
+func (q *QP) Reset(lim PortLimits) error {
+	if err := q.Modify(&QPAttr{State: StateReset}, AttrState, lim); err != nil {
+		return err
+	}
+	s, err := q.Query()
+	if err != nil {
+		return err
+	}
+	if s != StateReset {
+		q.guard.Force(s)
+		return fmt.Errorf("QP 0x%x: asked for RESET, the device reports %s", q.Num, s)
+	}
+	return nil
+}
+
+// Handoff passes the QP, which must be in RESET, to a new owner: it returns
+// a new *QP for the same device QP (same number, capacities and CQs) with
+// a fresh state guard and zeroed post counters, and detaches q, which from
+// then on behaves as closed (its counters stay readable). A pool of QPs
+// uses it so that a connection that ended cannot reach the QP another
+// connection now holds.
+func (q *QP) Handoff() (*QP, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp == nil {
+		return nil, ErrClosed
+	}
+	if s := q.guard.State(); s != StateReset {
+		return nil, fmt.Errorf("QP 0x%x: handing off a QP in %s (only a QP in RESET can change owner)", q.Num, s)
+	}
+	n := &QP{qp: q.qp, pd: q.pd, cfg: q.cfg, Num: q.Num, MaxInline: q.MaxInline}
+	n.guard = NewStateGuard(n.Num, n.cfg.Type)
+	q.qp = nil
+	return n, nil
+}
+
+// Config is the configuration the QP was created with.
+func (q *QP) Config() QPConfig { return q.cfg }

@@ -1,0 +1,380 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
+)
+
+// A device's QP pool settings come from its first connection's Config
+// (Config.QPPool, Config.DeviceLinger; TestQPPoolConfig); the tests below
+// use the defaults (a pool of 64) or change the device's settings directly.
+
+// poolStats returns a copy of d's QP pool counters and its size.
+func poolStats(d *device) (qpPoolStats, int) {
+	var st qpPoolStats
+	d.qps.count(func(s *qpPoolStats) { st = *s })
+	return st, d.qps.len()
+}
+
+// waitPool waits until cond holds for d's QP pool counters.
+func waitPool(t *testing.T, d *device, what string, cond func(qpPoolStats, int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(rdmatest.Scale(10 * time.Second))
+	for {
+		st, n := poolStats(d)
+		if cond(st, n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for the QP pool: %s: stats %+v, %d pooled", what, st, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pooledNums is the QP numbers in d's pool.
+func pooledNums(d *device) map[uint32]bool {
+	d.qps.mu.Lock()
+	defer d.qps.mu.Unlock()
+	m := map[uint32]bool{}
+	for _, l := range d.qps.free {
+		for _, q := range l {
+			m[q.qp.Num] = true
+		}
+	}
+	return m
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// dialEcho dials ln, checks one echo and returns the connection.
+func dialEcho(t *testing.T, ln *Listener, i int) *Conn {
+	t.Helper()
+	c, err := Dial("rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := echo(c, i); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestQPPoolReuse: the QPs of closed connections come back (after their
+// TIMEWAIT_EXIT) and the next connections reuse them: QP numbers repeat,
+// and data flows on the reused QPs.
+func TestQPPoolReuse(t *testing.T) {
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	keep := dialEcho(t, ln, -1)
+	defer keep.Close()
+	d := keep.dev
+	st0, _ := poolStats(d)
+
+	a := dialEcho(t, ln, 0)
+	num := a.ep.qp.Num
+	ep := a.ep
+	closedAt := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Both ends (dialer and the echo server's) are on this device.
+	waitPool(t, d, "the closed connection's QP returned", func(qpPoolStats, int) bool { return pooledNums(d)[num] })
+	t.Logf("QP 0x%x: TIMEWAIT_EXIT seen %v after Close; pool %v", num, time.Since(closedAt), pooledNums(d))
+	if !closed(ep.twExit) {
+		t.Fatal("a QP was pooled before its connection's TIMEWAIT_EXIT")
+	}
+	inPool := pooledNums(d)
+	if !inPool[num] {
+		t.Fatalf("QP 0x%x of the closed connection is not in the pool %v", num, inPool)
+	}
+	b := dialEcho(t, ln, 1)
+	defer b.Close()
+	if !b.ep.reused || !inPool[b.ep.qp.Num] {
+		t.Fatalf("the next connection got QP 0x%x (reused %v), not one of the pool's %v", b.ep.qp.Num, b.ep.reused, inPool)
+	}
+	if st, _ := poolStats(d); st.Reused < st0.Reused+2 {
+		t.Fatalf("both ends of the new connection should reuse pooled QPs: %+v", st)
+	}
+	// The reused QP carries more than one message each way.
+	for i := 2; i < 20; i++ {
+		if err := echo(b, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The closed connection's endpoint no longer reaches the QP.
+	if _, _, err := ep.qp.QueryAttr(); !errors.Is(err, verbs.ErrClosed) {
+		t.Fatalf("the closed connection's QP handle still works after the hand-off: %v", err)
+	}
+}
+
+// TestQPPoolNotBeforeTimewait: a closed connection's QP is never in the
+// pool before its id reported TIMEWAIT_EXIT, a dial right after a close does
+// not get it early, and a QP whose TIMEWAIT_EXIT does not come in time is
+// destroyed, not pooled.
+func TestQPPoolNotBeforeTimewait(t *testing.T) {
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	keep := dialEcho(t, ln, -1)
+	defer keep.Close()
+	d := keep.dev
+
+	for i := range 3 {
+		a := dialEcho(t, ln, i)
+		ep, num := a.ep, a.ep.qp.Num
+		if err := a.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b := dialEcho(t, ln, 100+i) // at once: the old QP is still in timewait
+		if b.ep.qp.Num == num && !closed(ep.twExit) {
+			t.Fatalf("QP 0x%x reused before its connection's TIMEWAIT_EXIT", num)
+		}
+		for deadline := time.Now().Add(rdmatest.Scale(10 * time.Second)); !closed(ep.twExit); {
+			if pooledNums(d)[num] && !closed(ep.twExit) {
+				t.Fatalf("QP 0x%x pooled before its connection's TIMEWAIT_EXIT", num)
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no TIMEWAIT_EXIT within 10 s (scaled) of Close")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		b.Close()
+	}
+
+	// No TIMEWAIT_EXIT in time: destroyed.
+	old := qpTimewaitMax.Swap(1)
+	defer qpTimewaitMax.Store(old)
+	st0, _ := poolStats(d)
+	a := dialEcho(t, ln, 200)
+	num := a.ep.qp.Num
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, d, "the client's QP destroyed", func(st qpPoolStats, _ int) bool { return st.Destroyed > st0.Destroyed })
+	if pooledNums(d)[num] {
+		t.Fatalf("QP 0x%x pooled without its TIMEWAIT_EXIT", num)
+	}
+}
+
+// TestQPPoolFailedConnReset: the QP of a connection that failed (its QP in
+// ERR) goes through RESET before the pool keeps it, the device confirms
+// RESET, and a new connection works on it.
+func TestQPPoolFailedConnReset(t *testing.T) {
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	keep := dialEcho(t, ln, -1)
+	defer keep.Close()
+	d := keep.dev
+	st0, _ := poolStats(d)
+
+	a := dialEcho(t, ln, 0)
+	num := a.ep.qp.Num
+	a.mu.Lock()
+	a.failLocked(errors.New("test: connection failed"))
+	a.mu.Unlock()
+	if s, err := a.ep.qp.Query(); err != nil || s != verbs.StateErr {
+		t.Fatalf("the failed connection's QP is in %v (%v), want ERR", s, err)
+	}
+	a.Close() // its error is the test's
+	waitPool(t, d, "the failed connection's QP returned", func(st qpPoolStats, _ int) bool {
+		return st.Returned > st0.Returned && pooledNums(d)[num]
+	})
+	// Every pooled QP is in RESET on the device, not only in our records.
+	d.qps.mu.Lock()
+	for _, l := range d.qps.free {
+		for _, q := range l {
+			if s, err := q.qp.Query(); err != nil || s != verbs.StateReset {
+				d.qps.mu.Unlock()
+				t.Fatalf("pooled QP 0x%x is in %v (%v) on the device", q.qp.Num, s, err)
+			}
+		}
+	}
+	d.qps.mu.Unlock()
+	// Dial until the failed connection's QP leaves the pool: the dialer
+	// or the echo server's end of that connection took it (both ends are
+	// on this device), and the echoes below go through it either way.
+	var got []*Conn
+	defer func() {
+		for _, c := range got {
+			c.Close()
+		}
+	}()
+	for i := 0; pooledNums(d)[num]; i++ {
+		if i > 64 {
+			t.Fatalf("QP 0x%x of the failed connection stayed in the pool over %d dials", num, i)
+		}
+		got = append(got, dialEcho(t, ln, 1))
+	}
+	c := got[len(got)-1]
+	if c.ep.qp.Num == num && !c.ep.reused {
+		t.Fatalf("QP 0x%x: same number but not from the pool", num)
+	}
+	t.Logf("QP 0x%x of the failed connection reused by dial %d (dialer's QP 0x%x)", num, len(got), c.ep.qp.Num)
+	for i := 2; i < 10; i++ {
+		if err := echo(c, i); err != nil {
+			t.Fatalf("on the connection that reused the reset QP 0x%x: %v", num, err)
+		}
+	}
+}
+
+// TestQPPoolBoundedAndDrained: the pool keeps at most its size of QPs (the
+// others are destroyed), the device lingers after its last connection so
+// the next dial reuses its pool, and tearing the device down destroys
+// every pooled QP (checkLeaksAtEnd counts the kernel's QPs).
+func TestQPPoolBoundedAndDrained(t *testing.T) {
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	var conns []*Conn
+	for i := range 4 {
+		conns = append(conns, dialEcho(t, ln, i))
+	}
+	d := conns[0].dev
+	d.qpMax.Store(3)
+	d.lingerFor.Store(int64(time.Hour)) // the linger ends by flushLingeringDevices below
+	for _, c := range conns {
+		c.Close()
+	}
+	ln.Close()
+	wg.Wait()
+	// 8 QPs (both ends of 4 connections) retire: 3 kept, 5 destroyed.
+	waitPool(t, d, "all 8 QPs retired", func(st qpPoolStats, _ int) bool { return st.Returned+st.Destroyed >= 8 })
+	st, n := poolStats(d)
+	if n != 3 || st.Returned != 3 || st.Destroyed != 5 {
+		t.Fatalf("pool bounded at 3: %d pooled, %+v", n, st)
+	}
+	settle := rdmatest.Settle
+	rdmatest.Settle = func() {} // settling would end the device's linger
+	defer func() { rdmatest.Settle = settle }()
+	qps := rdmatest.Resources(t)["qp"]
+
+	// No connection is left: the device lingers with its pool.
+	devices.mu.Lock()
+	lingering := devices.m[d.key] == d && d.refs == 0 && d.linger != nil
+	devices.mu.Unlock()
+	if !lingering {
+		t.Fatal("the device did not linger after its last connection")
+	}
+	ln2 := listenTest(t, nil)
+	wg2 := echoServer(ln2)
+	c := dialEcho(t, ln2, 10)
+	if c.dev != d || !c.ep.reused {
+		t.Fatalf("a dial after the last close did not reuse the lingering device's pool (same device %v, reused %v)",
+			c.dev == d, c.ep.reused)
+	}
+	if got := rdmatest.Resources(t)["qp"]; got > qps {
+		t.Errorf("kernel QPs went from %d to %d for a connection on pooled QPs", qps, got)
+	}
+	c.Close()
+	ln2.Close()
+	wg2.Wait()
+	waitPool(t, d, "the QPs back", func(_ qpPoolStats, n int) bool { return n == 3 })
+	rdmatest.Settle = settle
+	flushLingeringDevices() // as the linger's end does
+	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
+	for {
+		d.qps.mu.Lock()
+		poolClosed := d.qps.closed
+		d.qps.mu.Unlock()
+		if st, n := poolStats(d); n == 0 && st.Drained == 3 && poolClosed {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, n := poolStats(d)
+			t.Fatalf("the device's teardown did not drain its pool: %d left, %+v", n, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pooledQPs is how many reset QPs the devices' pools hold: owned by the
+// devices, not leaked (the leak checks subtract them from the QP count).
+func pooledQPs() int {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	n := 0
+	for _, d := range devices.m {
+		n += d.qps.len()
+	}
+	return n
+}
+
+// TestQPPoolConfig: the device takes its pool size and linger from its
+// first connection's Config; QPPool < 0 keeps no QP, DeviceLinger < 0 tears
+// the device down with its last connection.
+func TestQPPoolConfig(t *testing.T) {
+	checkLeaksAtEnd(t)
+	settleDevices(rdmatest.Scale(15 * time.Second)) // a fresh device takes this test's Config
+	cfg := Config{QPPool: -1, DeviceLinger: -1}
+	ln := listenTest(t, &cfg)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	dl := Dialer{Config: cfg}
+	nc, err := dl.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := nc.(*Conn)
+	if err := echo(c, 0); err != nil {
+		t.Fatal(err)
+	}
+	d := c.dev
+	if d.qpMax.Load() != 0 || d.lingerFor.Load() != 0 {
+		t.Fatalf("device settings: pool %d, linger %v; want 0, 0", d.qpMax.Load(), time.Duration(d.lingerFor.Load()))
+	}
+	c.Close()
+	// Both ends closed, nothing pooled, nothing lingers: the device goes.
+	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
+	for {
+		devices.mu.Lock()
+		gone := devices.m[d.key] != d
+		devices.mu.Unlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, n := poolStats(d)
+			t.Fatalf("the device outlived its last connection with DeviceLinger < 0 (pool %+v, %d pooled)", st, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st, n := poolStats(d); st.Returned != 0 || n != 0 {
+		t.Fatalf("QPPool < 0 pooled QPs: %+v, %d", st, n)
+	}
+
+	cfg = Config{QPPool: 5, DeviceLinger: 3 * time.Minute}
+	dl = Dialer{Config: cfg}
+	nc, err = dl.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c = nc.(*Conn)
+	if d := c.dev; d.qpMax.Load() != 5 || time.Duration(d.lingerFor.Load()) != 3*time.Minute {
+		t.Fatalf("device settings: pool %d, linger %v; want 5, 3m", d.qpMax.Load(), time.Duration(d.lingerFor.Load()))
+	}
+}

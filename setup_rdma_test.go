@@ -1,0 +1,278 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+)
+
+// stepStats aggregates setupTrace reports per side and step.
+type stepStats struct {
+	mu      sync.Mutex
+	order   []string
+	samples map[string][]time.Duration
+}
+
+func newStepStats() *stepStats { return &stepStats{samples: map[string][]time.Duration{}} }
+
+// install makes s receive the set-up steps from now on.
+func (s *stepStats) install() {
+	f := func(side, step string, d time.Duration) {
+		k := side + ": " + step
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, ok := s.samples[k]; !ok {
+			s.order = append(s.order, k)
+		}
+		s.samples[k] = append(s.samples[k], d)
+	}
+	setupTrace.Store(&f)
+}
+
+// median is the median of ds in microseconds (ds is sorted in place).
+func median(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	if n := len(ds); n%2 == 0 {
+		return float64((ds[n/2-1] + ds[n/2]).Microseconds()) / 2
+	}
+	return float64(ds[len(ds)/2].Microseconds())
+}
+
+// report writes one line per step: count, median, mean and max in
+// microseconds, and a total per side of the medians and of the means (the
+// guest's outliers, a page fault or a descheduled vCPU, weigh on the means).
+func (s *stepStats) report(title string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: per-step set-up times (us)\n", title)
+	keys := append([]string(nil), s.order...)
+	sort.SliceStable(keys, func(i, j int) bool { return side(keys[i]) < side(keys[j]) })
+	med, mean := map[string]float64{}, map[string]float64{}
+	for _, k := range keys {
+		ds := s.samples[k]
+		var sum time.Duration
+		for _, d := range ds {
+			sum += d
+		}
+		m := float64(sum.Microseconds()) / float64(len(ds))
+		p50 := median(ds)
+		if side(k) != "endpoint" { // part of "new conn"
+			med[side(k)] += p50
+			mean[side(k)] += m
+		}
+		fmt.Fprintf(&b, "  %-40s n=%-5d median=%9.1f mean=%9.1f max=%9.1f\n", k, len(ds), p50, m,
+			float64(ds[len(ds)-1].Microseconds()))
+	}
+	for _, sd := range []string{"dial", "accept"} {
+		fmt.Fprintf(&b, "  %-40s median=%9.1f mean=%9.1f\n", sd+": total", med[sd], mean[sd])
+	}
+	return b.String()
+}
+
+func side(k string) string { return k[:strings.IndexByte(k, ':')] }
+
+// TestSetupProfile measures connection set-up against an in-process
+// listener while a long-lived connection holds the device (as cmtime's
+// process holds its device context), without and with the QP pool:
+// RDMA_SETUP_ROUNDS rounds (default 1), each running, for both modes in
+// alternating order (so that the guest's drift weighs on both alike),
+// RDMA_SETUP_SEQ (default 10) sequential dial+close cycles and then
+// RDMA_SETUP_CONNS (default 10) concurrent dials. It reports per mode the
+// median sequential dial, the median wall time of the concurrent rounds
+// (per connection and connections per second: what compares with
+// cmtime -c N) and the per-step times of dial and accept.
+// scripts/setupbench runs it with larger counts next to rdma-core's cmtime.
+//
+// Before each measured phase the device is primed: RDMA_SETUP_CONNS
+// connections dialled and closed, and with the pool their QPs back in the
+// pool, which they join only at their TIMEWAIT_EXIT, about 2 s after
+// Close here; both modes then wait until RDMA_SETUP_QUIET_MS (default
+// 3000) after those closes, so that neither measures the other's
+// disconnects. The figures with the pool are thus those of dials that come
+// at least that long after earlier connections closed (steady churn),
+// with a pool large enough for both ends of every measured connection
+// (this process is both dialer and listener).
+func TestSetupProfile(t *testing.T) {
+	seqN, conN := envInt("RDMA_SETUP_SEQ", 10), envInt("RDMA_SETUP_CONNS", 10)
+	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	keep, err := Dial("rdma", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	if err := echo(keep, -1); err != nil {
+		t.Fatal(err)
+	}
+	d := keep.dev
+	size := 2 * max(seqN, conN) // QPs the pool holds before a measured phase
+	quiet := time.Duration(envInt("RDMA_SETUP_QUIET_MS", 3000)) * time.Millisecond
+
+	type mode struct {
+		pool               bool
+		seq, walls         []time.Duration
+		seqSteps, conSteps *stepStats
+		reused, created    int
+		closeSum           time.Duration
+		seqWall            time.Duration
+	}
+	modes := []*mode{{pool: false}, {pool: true}}
+	for _, m := range modes {
+		m.seqSteps, m.conSteps = newStepStats(), newStepStats()
+	}
+	t.Cleanup(func() { setupTrace.Store(nil) })
+
+	// setMode switches the device's pool on (size QPs) or off (emptied).
+	setMode := func(m *mode) {
+		if m.pool {
+			d.qpMax.Store(int32(size))
+			return
+		}
+		d.qpMax.Store(0)
+		d.qps.mu.Lock()
+		for sh, l := range d.qps.free {
+			for _, q := range l {
+				q.qp.Close()
+			}
+			delete(d.qps.free, sh)
+		}
+		d.qps.n = 0
+		d.qps.mu.Unlock()
+	}
+	// prime dials n connections at once and closes them, then waits for
+	// their QPs to come back to the pool (for their ends to be gone without).
+	prime := func(m *mode, n int) {
+		setupTrace.Store(nil) // the priming dials are not measured
+		conns := make([]*Conn, n)
+		var dw sync.WaitGroup
+		for i := range n {
+			dw.Add(1)
+			go func() {
+				defer dw.Done()
+				c, err := Dial("rdma", ln.Addr().String())
+				if err != nil {
+					t.Errorf("priming dial %d: %v", i, err)
+				}
+				conns[i] = c
+			}()
+		}
+		dw.Wait()
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+		closed := time.Now()
+		if m.pool {
+			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= size })
+		}
+		// Both modes start quiet: the priming connections' disconnects and
+		// timewaits done in the kernel (with the pool their ids live until
+		// TIMEWAIT_EXIT, about 2 s; without it Close destroys the id but the
+		// kernel's CM still holds the connection's timewait).
+		settleDevices(rdmatest.Scale(15 * time.Second))
+		time.Sleep(time.Until(closed.Add(quiet)))
+	}
+	count := func(m *mode, st0 qpPoolStats) {
+		st, _ := poolStats(d)
+		m.reused += st.Reused - st0.Reused
+		m.created += st.Created - st0.Created
+	}
+	sequential := func(m *mode) {
+		prime(m, max(seqN, conN))
+		st0, _ := poolStats(d)
+		m.seqSteps.install()
+		start := time.Now()
+		for i := range seqN {
+			t0 := time.Now()
+			c, err := Dial("rdma", ln.Addr().String())
+			if err != nil {
+				t.Fatalf("sequential dial %d: %v", i, err)
+			}
+			t1 := time.Now()
+			if err := c.Close(); err != nil {
+				t.Fatalf("sequential close %d: %v", i, err)
+			}
+			m.seq = append(m.seq, t1.Sub(t0))
+			m.closeSum += time.Since(t1)
+		}
+		m.seqWall += time.Since(start)
+		setupTrace.Store(nil)
+		count(m, st0)
+	}
+	concurrent := func(m *mode) {
+		prime(m, conN)
+		st0, _ := poolStats(d)
+		conns := make([]*Conn, conN)
+		errs := make([]error, conN)
+		m.conSteps.install()
+		var dw sync.WaitGroup
+		start := time.Now()
+		for i := range conN {
+			dw.Add(1)
+			go func() {
+				defer dw.Done()
+				conns[i], errs[i] = Dial("rdma", ln.Addr().String())
+			}()
+		}
+		dw.Wait()
+		wall := time.Since(start)
+		setupTrace.Store(nil)
+		m.walls = append(m.walls, wall)
+		count(m, st0)
+		for i, c := range conns {
+			if errs[i] != nil {
+				t.Errorf("concurrent dial %d: %v", i, errs[i])
+			} else if err := c.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		}
+		t.Logf("SETUP pool=%v concurrent n=%d wall_ms=%.1f", m.pool, conN, float64(wall.Microseconds())/1e3)
+	}
+	for r := range rounds {
+		order := modes
+		if r%2 == 1 {
+			order = []*mode{modes[1], modes[0]}
+		}
+		for _, m := range order {
+			setMode(m)
+			sequential(m)
+			concurrent(m)
+		}
+	}
+	for _, m := range modes {
+		n := len(m.seq)
+		t.Logf("SETUP pool=%v sequential n=%d dial_median_us=%.1f close_mean_us=%.1f conns_per_s=%.1f (QPs reused %d, created %d in all)",
+			m.pool, n, median(m.seq), float64(m.closeSum.Microseconds())/float64(n), float64(n)/m.seqWall.Seconds(),
+			m.reused, m.created)
+		w := median(m.walls)
+		t.Logf("SETUP pool=%v concurrent n=%d rounds=%d wall_median_ms=%.1f per_conn_us=%.1f conns_per_s=%.1f",
+			m.pool, conN, rounds, w/1e3, w/float64(conN), float64(conN)/(w/1e6))
+		t.Log(m.seqSteps.report(fmt.Sprintf("pool=%v sequential", m.pool)))
+		t.Log(m.conSteps.report(fmt.Sprintf("pool=%v concurrent", m.pool)))
+	}
+	if modes[1].reused == 0 {
+		t.Error("with the pool on, no dial reused a pooled QP")
+	}
+	if modes[0].reused != 0 {
+		t.Errorf("with the pool off, %d QPs were reused", modes[0].reused)
+	}
+}
