@@ -23,8 +23,8 @@ import (
 // QP still reads RTS and the completer, whose retransmission timer is not
 // re-armed, waits forever for an ACK of the request being retried. No
 // error completion ever arrives. That is the silent hang of rendezvous
-// over a lossy wire (README, "Known hang"); internal/rxebug reproduces it
-// with plain verbs on one host.
+// over a lossy wire (README, "The rendezvous hang"); internal/rxebug
+// reproduces it with plain verbs on one host.
 //
 // A bind is safe when every request posted before it has completed: rxe
 // executes it at the head of the send queue and completes it before it
