@@ -204,7 +204,8 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		}
 		c.counts.creditCheck(c.credits < 2) // metrics
 		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
-			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) {
+			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) &&
+			(!large || c.bindReadyLocked()) { // rxebind.go: Soft-RoCE re-executes binds on retry
 			break
 		}
 		if large && c.rvReserve == 0 && !c.qpDown {

@@ -149,6 +149,13 @@ func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs
 		c.mu.Unlock()
 		return 0, err
 	}
+	for !c.bindReadyLocked() { // rxebind.go: Soft-RoCE re-executes binds on retry
+		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
+			c.giveBackOpSlotLocked(idx)
+			c.mu.Unlock()
+			return 0, err
+		}
+	}
 	s := &c.ops[idx]
 	b.Retain()
 	s.async, s.local, s.name = false, b, "memory window bind (export)"

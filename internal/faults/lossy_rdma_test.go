@@ -90,10 +90,12 @@ func streamTest(t *testing.T, netem []string, n int64) {
 // writes with immediate, each way in turn: every message and notification
 // arrives once, in order, intact, and nothing after the end.
 //
-// A disturbed wire can leave a rendezvous waiting forever, without an
-// error, with both queue pairs idle (FIGURES.md; seen each way in turn
-// and, more often, both ways at once: -faults.concurrent). The test fails
-// then after -faults.stall without progress, with a dump of both sides.
+// Before the library's Soft-RoCE workaround (rxebind.go) a disturbed wire
+// left a rendezvous waiting forever, without an error, with both queue
+// pairs idle: rxe re-executed a window bind on a retry and stopped
+// (FIGURES.md; -faults.rxe-bind-anytime turns the workaround off). Should
+// an exchange stall again, the test fails after -faults.stall without
+// progress, with a dump of both sides.
 func TestLossyMessages(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)

@@ -23,11 +23,12 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest/twoguest"
 )
 
-// A stalled exchange (a rendezvous that waits forever: README, "Two hosts
-// and faults") is caught while it is stuck, not when its generous
-// transfer bound runs out: exchangeMessages counts its steps in progress,
-// and a watchdog that sees none for -faults.stall dumps both sides (queue
-// pairs, counters, connection stats, goroutines) and fails the test.
+// A stalled exchange (such as the rendezvous that waited forever before
+// rxebind.go: README, "The rendezvous hang") is caught while it is stuck,
+// not when its generous transfer bound runs out: exchangeMessages counts
+// its steps in progress, and a watchdog that sees none for -faults.stall
+// dumps both sides (queue pairs, counters, connection stats, goroutines)
+// and fails the test.
 var (
 	stallFlag = flag.Duration("faults.stall", 0, "fail an exchange that makes no progress for this long, with a dump of both sides (0: a scaled 6 s)")
 	progress  atomic.Int64 // steps of exchangeMessages: a message or notification taken, a send or write posted

@@ -1,0 +1,83 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"os"
+	"sync"
+
+	"github.com/verbline/rdma/internal/verbs"
+)
+
+// Soft-RoCE (rxe) in Linux 6.1 re-executes a memory-window bind when it
+// retransmits: a retry (a lost packet or ACK, go-back-N) rewinds its
+// requester to the oldest work request not yet completed (req_retry in
+// rxe_req.c sets req.wqe_index to the consumer index) and walks forward
+// from there; a bind already executed but not yet completed, because an
+// earlier SEND or READ still waits for its ACK, is handed to
+// rxe_do_local_ops again. The second bind fails (the window's key has
+// moved on and it is no longer free: rxe_bind_mw, rxe_check_bind_mw), and
+// the failure path sets the requester's private state to QP_STATE_ERROR
+// without moving the QP to the error state: from then on the requester
+// sends nothing, neither the retry nor anything posted later, while the
+// QP still reads RTS and the completer, whose retransmission timer is not
+// re-armed, waits forever for an ACK of the request being retried. No
+// error completion ever arrives. That is the silent hang of rendezvous
+// over a lossy wire (README, "The rendezvous hang"); internal/rxebug
+// reproduces it with plain verbs on one host.
+//
+// A bind is safe when every request posted before it has completed: rxe
+// executes it at the head of the send queue and completes it before it
+// can decide on any retry. So on rxe a window is bound only into a send
+// queue this side knows to be empty (every request retired by a polled
+// completion); bindReadyLocked says when, and makes sure a completion is
+// coming when the newest request went unsignaled.
+
+// rxeDevices caches, by device key, whether a device is Soft-RoCE.
+var rxeDevices sync.Map
+
+// forceQuietBind applies the quiet-bind rule on every device (tests).
+var forceQuietBind bool
+
+// bindAnytime turns the rule off when VERBLINE_TEST_RXE_BIND_ANYTIME=1 is
+// in the environment at the first large message or export: for the fault
+// tests' control runs (-faults.rxe-bind-anytime), which show the hang the
+// rule prevents. Not for use outside tests.
+var bindAnytime = sync.OnceValue(func() bool { return os.Getenv("VERBLINE_TEST_RXE_BIND_ANYTIME") == "1" })
+
+// quietBind reports whether windows must be bound into an empty send
+// queue on d: Soft-RoCE devices, which have a "parent" (their netdev) in
+// sysfs that hardware devices do not.
+func (d *device) quietBind() bool {
+	if forceQuietBind {
+		return true
+	}
+	if bindAnytime() {
+		return false
+	}
+	if v, ok := rxeDevices.Load(d.key); ok {
+		return v.(bool)
+	}
+	_, err := os.Stat("/sys/class/infiniband/" + d.ctx.Name() + "/parent")
+	rxe := err == nil
+	rxeDevices.Store(d.key, rxe)
+	return rxe
+}
+
+// bindReadyLocked reports whether a memory window may be bound on this
+// connection's send queue now. If not, the caller waits for completions
+// (each batch of them broadcasts) and asks again. Called with c.mu held.
+func (c *Conn) bindReadyLocked() bool {
+	if c.sqInFlight == 0 || c.qpDown || !c.dev.quietBind() {
+		return true
+	}
+	if c.sqUnsig > 0 && c.sqUsedLocked() < c.ep.sqDepth {
+		// The newest request asked for no completion, so none may come to
+		// retire the queue. A signaled RDMA WRITE of zero bytes does: it
+		// needs no receive and no credit at the peer, and a zero-length
+		// RDMA operation is not required to carry a valid R_Key (IBA
+		// C9-88; rxe's check_rkey accepts it).
+		c.postLocked(verbs.SendWR{Opcode: verbs.OpRDMAWrite}, wrSendCtl, 0, true)
+	}
+	return false
+}
