@@ -91,12 +91,22 @@ func TestQPPoolReuse(t *testing.T) {
 	a := dialEcho(t, ln, 0)
 	num := a.ep.qp.Num
 	ep := a.ep
+	info, err := a.QPInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerNum := info.DestQPN // the echo server's end of a, on this device too
 	closedAt := time.Now()
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
 	// Both ends (dialer and the echo server's) are on this device.
-	waitPool(t, d, "the closed connection's QP returned", func(qpPoolStats, int) bool { return pooledNums(d)[num] })
+	// Each end's QP returns at its own id's TIMEWAIT_EXIT: wait for both,
+	// or the next dial could take the second as it arrives.
+	waitPool(t, d, "the closed connection's QPs returned", func(qpPoolStats, int) bool {
+		p := pooledNums(d)
+		return p[num] && p[peerNum]
+	})
 	t.Logf("QP 0x%x: TIMEWAIT_EXIT seen %v after Close; pool %v", num, time.Since(closedAt), pooledNums(d))
 	if !closed(ep.twExit) {
 		t.Fatal("a QP was pooled before its connection's TIMEWAIT_EXIT")
