@@ -113,6 +113,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	cerrors "github.com/cockroachdb/errors"
@@ -171,10 +172,18 @@ type Channel struct {
 	events chan Event
 	done   chan struct{}
 	err    atomic.Error // why delivery stopped other than by Close (set before events is closed)
+	// reusable: Close may keep the C channel for the next NewChannel
+	// (idle.go); cleared once an id on it listens (a listener's channel
+	// may hold connect requests for ids it never saw).
+	reusable atomic.Bool
 }
 
-// NewChannel creates an event channel and starts delivering its events.
+// NewChannel creates an event channel and starts delivering its events. It
+// reuses a channel an earlier Close kept (idle.go) when there is one.
 func NewChannel() (*Channel, error) {
+	if ic, ok := takeIdle(); ok {
+		return startChannel(ic.ch, ic.file), nil
+	}
 	var e C.int
 	ch := C.create_channel(&e)
 	if ch == nil {
@@ -192,15 +201,20 @@ func NewChannel() (*Channel, error) {
 		C.rdma_destroy_event_channel(ch)
 		return nil, fmt.Errorf("dup rdma_cm channel fd: %w", err)
 	}
+	return startChannel(ch, os.NewFile(uintptr(dup), "rdma_cm")), nil
+}
+
+func startChannel(ch *C.struct_rdma_event_channel, file *os.File) *Channel {
 	c := &Channel{
 		ch:     ch,
-		file:   os.NewFile(uintptr(dup), "rdma_cm"),
+		file:   file,
 		ids:    make(map[*C.struct_rdma_cm_id]*ID),
 		events: make(chan Event, 16),
 		done:   make(chan struct{}),
 	}
+	c.reusable.Store(true)
 	go c.loop(ch) // the loop gets the pointer now: Close clears c.ch
-	return c, nil
+	return c
 }
 
 // Events delivers the channel's events; it is closed when the channel is,
@@ -265,8 +279,9 @@ func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 	}
 }
 
-// Close stops delivery and destroys the channel. Every id on it must be
-// destroyed or migrated first. Idempotent.
+// Close stops delivery and destroys the channel, or keeps it for the next
+// NewChannel when no id is left on it and it never failed (idle.go). Every
+// id on it must be destroyed or migrated first. Idempotent.
 func (c *Channel) Close() error {
 	c.mu.Lock()
 	if c.ch == nil {
@@ -276,9 +291,22 @@ func (c *Channel) Close() error {
 	close(c.done)
 	ch := c.ch
 	c.ch = nil
+	keep := c.reusable.Load() && len(c.ids) == 0
 	c.mu.Unlock()
-	c.file.Close() // wakes loop's Read
+	if keep {
+		// Wakes loop's Read but keeps the fd and its netpoller registration.
+		keep = c.file.SetReadDeadline(time.Unix(1, 0)) == nil
+	}
+	if !keep {
+		c.file.Close() // wakes loop's Read
+	}
 	for range c.events {
+	}
+	if keep && c.err.Load() == nil && keepIdle(ch, c.file) {
+		return nil
+	}
+	if keep {
+		c.file.Close()
 	}
 	C.rdma_destroy_event_channel(ch)
 	return nil
@@ -396,6 +424,9 @@ func (i *ID) BindAddr(ap netip.AddrPort) error {
 
 // Listen starts listening; connection requests arrive as EventConnectRequest.
 func (i *ID) Listen(backlog int) error {
+	if i.ch != nil {
+		i.ch.reusable.Store(false)
+	}
 	if ret := C.rdma_listen_e(i.id, C.int(backlog)); ret != 0 {
 		return fmt.Errorf("rdma_listen: %w", syscall.Errno(-ret))
 	}
