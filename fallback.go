@@ -114,34 +114,12 @@ func fallbackReason(err error) bool {
 	return false
 }
 
-// dialFallback is Dialer.dial with d.Fallback set.
-func (d *Dialer) dialFallback(ctx context.Context, network, address string) (*Conn, error) {
-	cfg := d.Config.withDefaults()
-	opErr := func(err error) error {
-		return &net.OpError{Op: "dial", Net: network, Addr: dialAddr(address), Err: err}
-	}
-	if err := checkNetwork(network); err != nil {
-		return nil, opErr(err)
-	}
-	if err := d.Config.check(); err != nil {
-		return nil, opErr(err)
-	}
-	timeout := d.Timeout
-	if timeout == 0 {
-		timeout = cfg.ConnectTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	raddr, err := resolve(ctx, network, address, false)
-	if err != nil {
-		return nil, opErr(err)
-	}
-	target := raddr.String()
-
-	rd := *d
-	rd.Fallback = nil
+// dialFallback is Dialer.dial with d.Fallback set: RDMA first, within
+// Fallback.RDMATimeout, then TCP to the same address if RDMA cannot reach it.
+func (d *Dialer) dialFallback(ctx context.Context, network string, tg dialTarget) (*Conn, error) {
+	cfg, raddr, target := tg.cfg, tg.raddr, tg.raddr.String()
 	rctx, rcancel := context.WithTimeout(ctx, d.Fallback.rdmaTimeout())
-	c, rerr := rd.dial(rctx, network, target)
+	c, rerr := dialRDMA(rctx, network, tg)
 	rcancel()
 	if rerr == nil {
 		return c, nil

@@ -516,36 +516,59 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 }
 
 func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
-	if d.Fallback != nil {
-		return d.dialFallback(ctx, network, address)
+	ctx, cancel, tg, err := d.prepare(ctx, network, address)
+	if err != nil {
+		return nil, err
 	}
-	cfg := d.Config.withDefaults()
+	defer cancel()
+	if d.Fallback != nil {
+		return d.dialFallback(ctx, network, tg)
+	}
+	return dialRDMA(ctx, network, tg)
+}
+
+// dialTarget is what a dial has checked and resolved before it connects.
+type dialTarget struct {
+	cfg          Config // with defaults
+	laddr, raddr netip.AddrPort
+}
+
+// prepare checks the network and the Config, bounds ctx by the dial's
+// timeout and resolves address: what every dial, with or without a
+// fallback, does first. Its errors are the dial's *net.OpError.
+func (d *Dialer) prepare(ctx context.Context, network, address string) (context.Context, context.CancelFunc, dialTarget, error) {
+	tg := dialTarget{cfg: d.Config.withDefaults()}
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: network, Addr: dialAddr(address), Err: err}
 	}
 	if err := checkNetwork(network); err != nil {
-		return nil, opErr(err)
+		return nil, nil, tg, opErr(err)
 	}
 	if err := d.Config.check(); err != nil {
-		return nil, opErr(err)
+		return nil, nil, tg, opErr(err)
 	}
 	timeout := d.Timeout
 	if timeout == 0 {
-		timeout = cfg.ConnectTimeout
+		timeout = tg.cfg.ConnectTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	raddr, err := resolve(ctx, network, address, false)
 	if err != nil {
-		return nil, opErr(err)
+		cancel()
+		return nil, nil, tg, opErr(err)
 	}
-	var laddr netip.AddrPort
+	tg.raddr = raddr
 	if d.LocalAddr != nil {
-		laddr = netip.AddrPortFrom(d.LocalAddr.AddrPort.Addr(), 0)
+		tg.laddr = netip.AddrPortFrom(d.LocalAddr.AddrPort.Addr(), 0)
 	}
-	c, err := dialConn(ctx, &cfg, laddr, raddr)
+	return ctx, cancel, tg, nil
+}
+
+// dialRDMA connects over rdma_cm to the prepared target.
+func dialRDMA(ctx context.Context, network string, tg dialTarget) (*Conn, error) {
+	c, err := dialConn(ctx, &tg.cfg, tg.laddr, tg.raddr)
 	if err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Addr: &Addr{raddr}, Err: err}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: &Addr{tg.raddr}, Err: err}
 	}
 	return c, nil
 }
