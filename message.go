@@ -41,8 +41,9 @@ type messageState struct {
 	notes      chan Notification
 	msgsClosed bool
 	slots      []recvSlot
-	lent       []bool       // receive buffer i is with the user (message or notification)
-	msgSend    []buffer.Buf // messages in flight, by send slot
+	slotRefs   []buffer.RecyclerRef // slots[i], prepared for SetRecyclerRef
+	lent       []bool               // receive buffer i is with the user (message or notification)
+	msgSend    []buffer.Buf         // messages in flight, by send slot
 	msgFree    []int
 	msgAsync   []bool   // the send slot's outcome goes to Completions()
 	msgID      []uint64 // ... with this id
@@ -65,8 +66,9 @@ func (c *Conn) initMessages() {
 	for i := range c.slots {
 		c.slots[i] = recvSlot{c, i}
 	}
+	c.slotRefs = buffer.NewRecyclerRefs(n, func(i int) buffer.Recycler { return &c.slots[i] })
 	for i := range c.ep.recv {
-		c.ep.recv[i].SetRecycler(&c.slots[i])
+		c.ep.recv[i].SetRecyclerRef(&c.slotRefs[i])
 	}
 	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
 	c.msgAsync = make([]bool, c.ep.maxMsgs)

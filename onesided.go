@@ -217,7 +217,7 @@ type oneSidedState struct {
 
 // opSlot tracks one one-sided operation in flight.
 type opSlot struct {
-	done  chan error // for the blocking forms; capacity 1
+	done  chan error // for the blocking forms; capacity 1, made at the slot's first use (under mu)
 	async bool
 	id    uint64
 	local buffer.Buf
@@ -245,8 +245,7 @@ func (c *Conn) initOneSided() {
 	c.ops = make([]opSlot, c.ep.maxOps)
 	c.opFree = make([]int, 0, c.ep.maxOps)
 	for i := len(c.ops) - 1; i >= 0; i-- {
-		c.ops[i].done = make(chan error, 1)
-		c.opFree = append(c.opFree, i)
+		c.opFree = append(c.opFree, i) // each slot's done channel is made at its first use
 	}
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
@@ -395,9 +394,13 @@ func (c *Conn) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, ne
 	}
 	idx := c.opFree[len(c.opFree)-1]
 	c.opFree = c.opFree[:len(c.opFree)-1]
-	select {
-	case <-c.ops[idx].done: // a result nobody waited for (the waiter's ctx ended)
-	default:
+	if c.ops[idx].done == nil {
+		c.ops[idx].done = make(chan error, 1)
+	} else {
+		select {
+		case <-c.ops[idx].done: // a result nobody waited for (the waiter's ctx ended)
+		default:
+		}
 	}
 	return idx, nil
 }

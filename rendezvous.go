@@ -43,7 +43,7 @@ type rendezvousState struct {
 	rvOut      int         // send slots in a rendezvous (until the window is revoked)
 	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
 	bigSlots   []bigSlot   // by receive buffer: recyclers of delivered large messages
-	bigRefs    []*buffer.RecyclerRef
+	bigRefs    []buffer.RecyclerRef
 	inbox      []int // receive buffers of messages not yet delivered, in order (a ring)
 	inHead     int
 	inLen      int
@@ -103,11 +103,10 @@ func (c *Conn) maxRecvMessage() int {
 func (c *Conn) initRendezvous() {
 	c.rvIn = make([]rvRecv, c.ep.maxRecv)
 	c.bigSlots = make([]bigSlot, c.ep.maxRecv)
-	c.bigRefs = make([]*buffer.RecyclerRef, c.ep.maxRecv)
 	for i := range c.bigSlots {
 		c.bigSlots[i] = bigSlot{c, i}
-		c.bigRefs[i] = buffer.NewRecyclerRef(&c.bigSlots[i])
 	}
+	c.bigRefs = buffer.NewRecyclerRefs(len(c.bigSlots), func(i int) buffer.Recycler { return &c.bigSlots[i] })
 	c.inbox = make([]int, c.ep.maxRecv)
 	c.rvDone = make([]uint32, 0, c.ep.maxRecv)
 	c.rvInval = make([]int, 0, c.ep.maxMsgs)
@@ -307,7 +306,7 @@ func (c *Conn) drainInboxLocked() {
 		case rvNone:
 			c.msgs <- c.ep.recv[idx]
 		case rvReady:
-			r.buf.SetRecyclerRef(c.bigRefs[idx])
+			r.buf.SetRecyclerRef(&c.bigRefs[idx])
 			c.msgs <- r.buf
 			*r = rvRecv{}
 		default:

@@ -5,6 +5,7 @@ package rdma
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -240,6 +241,17 @@ func TestSetupProfile(t *testing.T) {
 		conns := make([]*Conn, conN)
 		errs := make([]error, conN)
 		m.conSteps.install()
+		if dir := os.Getenv("RDMA_SETUP_CPUPROFILE"); dir != "" { // a CPU profile of each measured round
+			f, err := os.Create(fmt.Sprintf("%s/setup-pool%v-%d.prof", dir, m.pool, len(m.walls)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
 		var dw sync.WaitGroup
 		start := time.Now()
 		for i := range conN {

@@ -127,7 +127,7 @@ func (c *Conn) addRecvsLocked(n int) int {
 			break
 		}
 		idx := len(c.ep.recv)
-		b.SetRecycler(&c.slots[idx])
+		b.SetRecyclerRef(&c.slotRefs[idx])
 		c.ep.recv = append(c.ep.recv, b)
 		wrs = append(wrs, c.ep.recvWR(idx))
 	}

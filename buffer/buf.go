@@ -61,6 +61,17 @@ type RecyclerRef struct{ r Recycler }
 // NewRecyclerRef prepares r for SetRecyclerRef.
 func NewRecyclerRef(r Recycler) *RecyclerRef { return &RecyclerRef{r} }
 
+// NewRecyclerRefs prepares n recyclers in one allocation: element i (take
+// its address) is r(i). For a connection's per-slot recyclers, made at
+// set-up where one allocation each was most of its allocations.
+func NewRecyclerRefs(n int, r func(i int) Recycler) []RecyclerRef {
+	refs := make([]RecyclerRef, n)
+	for i := range refs {
+		refs[i].r = r(i)
+	}
+	return refs
+}
+
 // allocSite records, for one generation of a slot, where it was allocated
 // and (once released) where the last reference was dropped.
 type allocSite struct {
