@@ -37,8 +37,10 @@ import (
 
 // messageState is the message view's state, guarded by Conn.mu.
 type messageState struct {
-	msgs       chan buffer.Buf
-	notes      chan Notification
+	mq         lendQueue[buffer.Buf]   // lendqueue.go: received messages until Recv or Messages() takes them
+	nq         lendQueue[Notification] // ... notifications, until RecvNotification or Notifications()
+	msgs       chan buffer.Buf         // mq.ch: what Messages() returns
+	notes      chan Notification       // nq.ch
 	msgsClosed bool
 	slots      []recvSlot
 	slotRefs   []buffer.RecyclerRef // slots[i], prepared for SetRecyclerRef
@@ -59,8 +61,9 @@ func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
 func (c *Conn) initMessages() {
 	n := c.ep.maxRecv
-	c.msgs = make(chan buffer.Buf, n)    // at most n receive buffers can be lent at once
-	c.notes = make(chan Notification, n) // likewise
+	c.mq = newLendQueue[buffer.Buf](n)   // at most n receive buffers can be lent at once
+	c.nq = newLendQueue[Notification](n) // likewise
+	c.msgs, c.notes = c.mq.ch, c.nq.ch
 	c.slots = make([]recvSlot, n)
 	c.lent = make([]bool, n)
 	for i := range c.slots {
@@ -260,6 +263,11 @@ func (c *Conn) Messages() <-chan buffer.Buf {
 		return c.tcp.msgs
 	}
 	c.channelUser()
+	if !c.mq.viaChan.Load() {
+		c.mu.Lock()
+		c.mq.toChan()
+		c.mu.Unlock()
+	}
 	return c.msgs
 }
 
@@ -280,25 +288,49 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 	if c.tcp != nil {
 		return c.tcp.recv(ctx)
 	}
-	return receive(c, ctx, c.msgs, "recv")
+	return receive(c, ctx, &c.mq, "recv")
 }
 
-// receive takes the next value from ch, one of the channels the poller
-// delivers on (Messages, Notifications). While it waits it polls the
-// completion queue itself, as Read does: a completion handled on the
-// waiting goroutine needs no wake-up of the poller's thread and no handoff.
-func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, error) {
+// receive takes the next value from q, one of the queues the poller
+// delivers into (messages, notifications): from its ring under c.mu, or,
+// once the user took its channel, from the channel. While it waits it
+// polls the completion queue itself, as Read does: a completion handled on
+// the waiting goroutine needs no wake-up of the poller's thread and no
+// handoff.
+func receive[T any](c *Conn, ctx context.Context, q *lendQueue[T], op string) (T, error) {
 	var w poller.Waiter
 	defer w.End()
 	var zero T
+again:
+	var wake chan struct{}
 	for {
-		select {
-		case v, ok := <-ch:
-			return received(c, op, v, ok)
-		default:
+		c.mu.Lock()
+		if v, ok := q.pop(); ok {
+			c.mu.Unlock()
+			c.windowTaken()
+			return v, nil
 		}
-		if c.isClosed() {
+		viaChan := q.viaChan.Load()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
 			return zero, c.opError(op, net.ErrClosed)
+		case !viaChan && q.ended:
+			c.mu.Unlock()
+			return received(c, op, zero, false)
+		}
+		if !viaChan && w.Started() && !w.Spinning() {
+			// About to park: the wake channel is taken in the critical
+			// section that found the ring empty, so no delivery is missed.
+			wake = c.wakeChan()
+		}
+		c.mu.Unlock()
+		if viaChan {
+			select {
+			case v, ok := <-q.ch:
+				return received(c, op, v, ok)
+			default:
+			}
 		}
 		if ctx != nil && ctx.Err() != nil {
 			return zero, c.opError(op, ctx.Err())
@@ -306,18 +338,28 @@ func receive[T any](c *Conn, ctx context.Context, ch <-chan T, op string) (T, er
 		if c.rdDeadline.expired() {
 			return zero, c.opError(op, os.ErrDeadlineExceeded)
 		}
-		if !c.spinWait(&w, &c.rdSpin) {
+		if wake != nil || viaChan && w.Started() && !w.Spinning() {
 			break
 		}
+		c.spinWait(&w, &c.rdSpin) // false (park) is seen above, after one more look
 	}
 	c.flushCredits()
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
+	ch := q.ch
+	if wake != nil {
+		// Ring mode: woken by any state change (a delivery, the user taking
+		// the channel, the end); receive looks again.
+		ch = nil
+	}
 	select {
 	case v, ok := <-ch:
 		return received(c, op, v, ok)
+	case <-wake:
+		w.End() // a new wait, with a new spin budget
+		goto again
 	case <-c.rdDeadline.wait():
 		return zero, c.opError(op, os.ErrDeadlineExceeded)
 	case <-c.closing:
@@ -359,7 +401,7 @@ func (c *Conn) deliverMessageLocked(idx, n int) {
 		c.inboxPushLocked(idx)
 		return
 	}
-	c.msgs <- b
+	c.mq.push(b)
 }
 
 // recycleRecv takes back a lent receive buffer (the user released it) and
@@ -387,11 +429,17 @@ func (c *Conn) recycleRecv(idx int, b buffer.Buf) {
 // closeMessagesLocked ends Messages() and Notifications(): after end of
 // stream, a receive error, or release. Only the poller (under c.mu) sends on
 // them, so closing under c.mu is safe.
+// What waits in a ring closes the channel later (lendQueue.end); release
+// hands it to the channel, which it drains.
 func (c *Conn) closeMessagesLocked() {
-	if c.msgsClosed {
-		return
+	if !c.msgsClosed {
+		c.msgsClosed = true
+		c.mq.end()
+		c.nq.end()
+		c.broadcast() // a Recv parked on the ring's wake-up
 	}
-	c.msgsClosed = true
-	close(c.msgs)
-	close(c.notes)
+	if c.released {
+		c.mq.toChan()
+		c.nq.toChan()
+	}
 }

@@ -945,7 +945,7 @@ func TestUnreadMessagesFreedAtClose(t *testing.T) {
 	// Wait until the server has every message and the notification queued.
 	for deadline := time.Now().Add(rdmatest.Scale(10 * time.Second)); ; {
 		s.mu.Lock()
-		queued := len(s.msgs) + len(s.notes)
+		queued := s.mq.queued() + s.nq.queued()
 		s.mu.Unlock()
 		if queued == 3 {
 			break

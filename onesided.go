@@ -259,6 +259,11 @@ func (c *Conn) Notifications() <-chan Notification {
 		return c.tcp.notes
 	}
 	c.channelUser()
+	if !c.nq.viaChan.Load() {
+		c.mu.Lock()
+		c.nq.toChan()
+		c.mu.Unlock()
+	}
 	return c.notes
 }
 
@@ -270,7 +275,7 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 	if c.tcp != nil {
 		return Notification{}, c.tcp.notRDMA("recv notification")
 	}
-	return receive(c, ctx, c.notes, "recv notification")
+	return receive(c, ctx, &c.nq, "recv notification")
 }
 
 // Completions delivers the ends of PostSend, PostWriteRemote and
@@ -479,5 +484,5 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 // deliverNotificationLocked lends receive buffer idx as a notification.
 func (c *Conn) deliverNotificationLocked(idx int, wc *verbs.WC) {
 	c.lent[idx] = true
-	c.notes <- Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]}
+	c.nq.push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
 }

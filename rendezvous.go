@@ -304,10 +304,10 @@ func (c *Conn) drainInboxLocked() {
 		r := &c.rvIn[idx]
 		switch r.state {
 		case rvNone:
-			c.msgs <- c.ep.recv[idx]
+			c.mq.push(c.ep.recv[idx])
 		case rvReady:
 			r.buf.SetRecyclerRef(&c.bigRefs[idx])
-			c.msgs <- r.buf
+			c.mq.push(r.buf)
 			*r = rvRecv{}
 		default:
 			return // still being read: everything behind it waits

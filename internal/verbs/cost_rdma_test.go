@@ -3,7 +3,10 @@
 package verbs
 
 import (
+	"context"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -199,6 +202,17 @@ func costPingPongThreads(b *testing.B) {
 		}
 		wcs := make([]WC, 16)
 		recvs := recvWR(s)
+		// COST_PHASE_LABELS=1 with -test.cpuprofile: label samples by
+		// phase, so that the time inside C (runtime._ExternalCode, no Go
+		// stack) splits into posting and polling (go tool pprof -tags).
+		label := func(string) {}
+		if os.Getenv("COST_PHASE_LABELS") != "" {
+			ctxs := map[string]context.Context{}
+			for _, p := range []string{"send", "recv"} {
+				ctxs[p] = pprof.WithLabels(context.Background(), pprof.Labels("phase", p))
+			}
+			label = func(p string) { pprof.SetGoroutineLabels(ctxs[p]) }
+		}
 		send := []SendWR{{WRID: 1, Addr: s.buf, Len: 64, LKey: mr.LKey, Opcode: OpSend}}
 		post := func(i int, withRecv bool) error {
 			send[0].Flags = SendInline
@@ -218,6 +232,7 @@ func costPingPongThreads(b *testing.B) {
 			}
 		}
 		for i := 0; i < n; i++ {
+			label("recv")
 			for got := false; !got; {
 				k, err := s.cq.PollTries(wcs, 16)
 				if err != nil {
@@ -235,6 +250,7 @@ func costPingPongThreads(b *testing.B) {
 			if first && i == n-1 {
 				break // the last reply arrived
 			}
+			label("send")
 			if err := post(i+1, true); err != nil {
 				errc <- err
 				return

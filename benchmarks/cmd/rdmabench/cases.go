@@ -104,12 +104,14 @@ func pingPong(s *Side) (*Sample, error) {
 	buf := make([]byte, s.Size)
 	if s.Server {
 		for {
+			phase(phaseRecv)
 			if _, err := io.ReadFull(s.Conn, buf); err != nil {
 				if err == io.EOF {
 					return nil, nil
 				}
 				return nil, fmt.Errorf("echo read: %w", err)
 			}
+			phase(phaseSend)
 			if _, err := s.Conn.Write(buf); err != nil {
 				return nil, fmt.Errorf("echo write: %w", err)
 			}
@@ -119,12 +121,15 @@ func pingPong(s *Side) (*Sample, error) {
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
 		start := time.Now()
+		phase(phaseSend)
 		if _, err := s.Conn.Write(msg); err != nil {
 			return nil, fmt.Errorf("write: %w", err)
 		}
+		phase(phaseRecv)
 		if _, err := io.ReadFull(s.Conn, buf); err != nil {
 			return nil, fmt.Errorf("read echo: %w", err)
 		}
+		phase(phaseOther)
 		if i >= s.Warmup {
 			rtts = append(rtts, time.Since(start))
 		}

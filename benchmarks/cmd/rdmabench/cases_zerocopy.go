@@ -42,10 +42,12 @@ func msgPingPong(s *Side) (*Sample, error) {
 	}
 	if s.Server {
 		for {
+			phase(phaseRecv)
 			b, err := c.Recv(ctx)
 			if err != nil {
 				return nil, nil // the client closed
 			}
+			phase(phaseSend)
 			if err := c.Send(ctx, b); err != nil {
 				return nil, err
 			}
@@ -54,6 +56,7 @@ func msgPingPong(s *Side) (*Sample, error) {
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
 		start := time.Now()
+		phase(phaseSend)
 		b, err := c.Alloc(s.Size)
 		if err != nil {
 			return nil, err
@@ -61,11 +64,14 @@ func msgPingPong(s *Side) (*Sample, error) {
 		if err := c.Send(ctx, b); err != nil {
 			return nil, err
 		}
+		phase(phaseRecv)
 		r, err := c.Recv(ctx)
 		if err != nil {
 			return nil, err
 		}
+		phase(phaseRelease)
 		r.Release()
+		phase(phaseOther)
 		if i >= s.Warmup {
 			rtts = append(rtts, time.Since(start))
 		}

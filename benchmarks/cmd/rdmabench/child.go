@@ -9,7 +9,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,18 +137,54 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 
 // startProfile: RDMABENCH_CPUPROFILE=prefix writes each child's CPU
 // profile to prefix.server / prefix.client (for go tool pprof). The
-// returned func stops it.
+// returned func stops it. RDMABENCH_CPUPROFILE_HZ sets the sampling rate
+// (default 100 Hz, pprof's; a few seconds of a ping-pong at 100 Hz are too
+// few samples to tell functions of a few percent apart). The runtime then
+// prints a harmless "cannot set cpu profile rate" warning.
 func startProfile(serve bool) (stop func(), err error) {
 	prefix := os.Getenv("RDMABENCH_CPUPROFILE")
 	if prefix == "" {
 		return func() {}, nil
 	}
+	if hz, err := strconv.Atoi(os.Getenv("RDMABENCH_CPUPROFILE_HZ")); err == nil && hz > 0 {
+		runtime.SetCPUProfileRate(hz)
+	}
+	profiling = true
 	f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
 	if err != nil {
 		return nil, err
 	}
 	pprof.StartCPUProfile(f)
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// profiling is set while a CPU profile is written: the latency clients
+// then label their samples with the phase of the round trip they are in
+// (go tool pprof -tags, -tagfocus phase=recv). A sample taken inside C
+// (runtime._ExternalCode: a poll or a post through the fast calls) has no
+// Go stack, but it has the goroutine's labels, so the label says whether
+// the C time was posting (send) or polling (recv).
+var profiling bool
+
+const (
+	phaseOther = iota
+	phaseSend
+	phaseRecv
+	phaseRelease
+)
+
+var phaseCtx = func() (ctx [4]context.Context) {
+	for i, name := range []string{"other", "send", "recv", "release"} {
+		ctx[i] = pprof.WithLabels(context.Background(), pprof.Labels("phase", name))
+	}
+	return
+}()
+
+// phase labels the calling goroutine's CPU samples (only while profiling).
+func phase(p int) {
+	if profiling {
+		pprof.SetGoroutineLabels(phaseCtx[p])
+	}
 }
 
 // printCounters and printResult write the lines runOurs reads.

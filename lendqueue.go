@@ -1,0 +1,96 @@
+//go:build linux && cgo
+
+package rdma
+
+import "sync/atomic"
+
+// lendQueue holds what the poller lends to the user in order (received
+// messages, notifications) until Recv or RecvNotification takes it. While
+// no one took the delivery channel (Messages(), Notifications()) the
+// values wait in a ring guarded by Conn.mu, which Recv pops in the same
+// critical section that checks the connection's state: a buffered
+// channel's send and receive cost about 400 ns together in the emulated
+// guest (two channel locks), once per message on each side of a
+// ping-pong, and the Conn's Read pays nothing of the kind. Once the user
+// takes the channel, the ring's contents move into it (in order, under
+// Conn.mu, before any later delivery) and every later value goes through
+// the channel, as before. The channel and the ring have room for every
+// receive buffer, each value holds one (or its credit), so a push never
+// blocks the poller.
+type lendQueue[T any] struct {
+	ch      chan T // what Messages() / Notifications() return
+	ring    []T
+	head, n int
+	viaChan atomic.Bool // the user took ch (written under Conn.mu, read without it by the getter)
+	ended   bool        // no more values will come (Conn.msgsClosed)
+	chDone  bool        // ch is closed
+}
+
+func newLendQueue[T any](n int) lendQueue[T] {
+	return lendQueue[T]{ch: make(chan T, n), ring: make([]T, n)}
+}
+
+// push appends v. Called with Conn.mu held.
+func (q *lendQueue[T]) push(v T) {
+	if q.viaChan.Load() {
+		q.ch <- v
+		return
+	}
+	if q.n == len(q.ring) { // cannot happen (as a full channel could not), but never lose a value
+		q.ring = append(q.ring[q.head:], q.ring[:q.head]...)
+		q.head = 0
+		q.ring = append(q.ring, make([]T, len(q.ring))...)
+	}
+	q.ring[(q.head+q.n)%len(q.ring)] = v
+	q.n++
+}
+
+// pop takes the oldest value from the ring. Called with Conn.mu held.
+func (q *lendQueue[T]) pop() (T, bool) {
+	var zero T
+	if q.n == 0 {
+		return zero, false
+	}
+	v := q.ring[q.head]
+	q.ring[q.head] = zero
+	q.head = (q.head + 1) % len(q.ring)
+	q.n--
+	return v, true
+}
+
+// queued is how many values wait for the user. Called with Conn.mu held.
+func (q *lendQueue[T]) queued() int { return q.n + len(q.ch) }
+
+// toChan makes every value from now on go through ch, the ring's first.
+// Called with Conn.mu held.
+func (q *lendQueue[T]) toChan() {
+	if q.viaChan.Load() {
+		return
+	}
+	q.flush()
+	q.viaChan.Store(true)
+}
+
+// flush moves the ring into ch, and closes ch if the end came. Called
+// with Conn.mu held.
+func (q *lendQueue[T]) flush() {
+	if !q.chDone {
+		for v, ok := q.pop(); ok; v, ok = q.pop() {
+			q.ch <- v
+		}
+	}
+	if q.ended && !q.chDone {
+		q.chDone = true
+		close(q.ch)
+	}
+}
+
+// end records that no value follows. ch closes now if nothing waits in
+// the ring (else when the user takes ch, or at release, which drains it).
+// Called with Conn.mu held.
+func (q *lendQueue[T]) end() {
+	q.ended = true
+	if q.viaChan.Load() || q.n == 0 {
+		q.flush()
+	}
+}

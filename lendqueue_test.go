@@ -1,0 +1,104 @@
+//go:build linux && cgo
+
+package rdma
+
+import "testing"
+
+// drain takes what ch holds now, and reports whether it is closed.
+func drain(ch chan int) (got []int, closed bool) {
+	for {
+		select {
+		case v, ok := <-ch:
+			if !ok {
+				return got, true
+			}
+			got = append(got, v)
+		default:
+			return got, false
+		}
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Values pushed before the user takes the channel come out of it first,
+// in order, then the later ones; the end closes it after them.
+func TestLendQueueOrderAcrossTheSwitch(t *testing.T) {
+	q := newLendQueue[int](4)
+	q.push(1)
+	q.push(2)
+	q.push(3)
+	if v, ok := q.pop(); !ok || v != 1 {
+		t.Fatalf("pop = %d, %v; want 1, true", v, ok)
+	}
+	if got, _ := drain(q.ch); len(got) != 0 {
+		t.Fatalf("the channel got %v before the user took it", got)
+	}
+	q.toChan()
+	q.push(4)
+	if q.queued() != 3 {
+		t.Fatalf("queued = %d, want 3", q.queued())
+	}
+	if _, ok := q.pop(); ok {
+		t.Fatal("the ring still gave a value after the switch")
+	}
+	q.end()
+	got, closed := drain(q.ch)
+	if !equal(got, []int{2, 3, 4}) || !closed {
+		t.Fatalf("channel gave %v (closed %v), want [2 3 4] and closed", got, closed)
+	}
+}
+
+// The end leaves the channel open while the ring holds values Recv has
+// not taken; taking the channel then hands them over and closes it.
+func TestLendQueueEndWithValuesQueued(t *testing.T) {
+	q := newLendQueue[int](2)
+	q.push(7)
+	q.end()
+	if got, closed := drain(q.ch); len(got) != 0 || closed {
+		t.Fatalf("after the end with a value in the ring the channel gave %v (closed %v)", got, closed)
+	}
+	q.toChan() // Messages() after the end, or release
+	got, closed := drain(q.ch)
+	if !equal(got, []int{7}) || !closed {
+		t.Fatalf("channel gave %v (closed %v), want [7] and closed", got, closed)
+	}
+	q.toChan() // again: nothing to do, no double close
+	q.flush()
+
+	e := newLendQueue[int](2)
+	e.end() // nothing queued: closed at once
+	if _, closed := drain(e.ch); !closed {
+		t.Fatal("the end with an empty ring left the channel open")
+	}
+}
+
+// A ring fuller than its size (which the credits forbid) grows rather
+// than losing or overwriting a value.
+func TestLendQueueGrows(t *testing.T) {
+	q := newLendQueue[int](2)
+	for i := 0; i < 5; i++ {
+		q.push(i)
+		if i == 1 {
+			q.pop() // wrap the head around
+			q.push(100)
+		}
+	}
+	var got []int
+	for v, ok := q.pop(); ok; v, ok = q.pop() {
+		got = append(got, v)
+	}
+	if !equal(got, []int{1, 100, 2, 3, 4}) {
+		t.Fatalf("popped %v, want [1 100 2 3 4]", got)
+	}
+}
