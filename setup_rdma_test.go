@@ -107,6 +107,9 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 // (this process is both dialer and listener).
 func TestSetupProfile(t *testing.T) {
 	seqN, conN := envInt("RDMA_SETUP_SEQ", 10), envInt("RDMA_SETUP_CONNS", 10)
+	if os.Getenv("RDMA_SETUP_SEQ") == "0" { // concurrent rounds only (scripts/setupbench's pairs)
+		seqN = 0
+	}
 	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
 	checkLeaksAtEnd(t)
 	// Measure what users run: without the tests' allocation-site tracking
@@ -292,6 +295,7 @@ func TestSetupProfile(t *testing.T) {
 			w := median(m.walls)
 			t.Logf("SETUP pool=%v concurrent n=%d rounds=%d wall_median_ms=%.1f per_conn_us=%.1f conns_per_s=%.1f",
 				m.pool, conN, rounds, w/1e3, w/float64(conN), float64(conN)/(w/1e6))
+			t.Log(m.conSteps.report(fmt.Sprintf("pool=%v concurrent", m.pool)))
 			continue
 		}
 		t.Logf("SETUP pool=%v sequential n=%d dial_median_us=%.1f close_mean_us=%.1f conns_per_s=%.1f (QPs reused %d, created %d in all)",
