@@ -5,8 +5,10 @@ package rdma
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -244,18 +246,21 @@ func TestSetupProfile(t *testing.T) {
 		conns := make([]*Conn, conN)
 		errs := make([]error, conN)
 		m.conSteps.install()
+		stopProfile := func() {}
 		if dir := os.Getenv("RDMA_SETUP_CPUPROFILE"); dir != "" { // a CPU profile of each measured round
 			f, err := os.Create(fmt.Sprintf("%s/setup-pool%v-%d.prof", dir, m.pool, len(m.walls)))
 			if err != nil {
 				t.Fatal(err)
 			}
+			runtime.SetCPUProfileRate(envInt("RDMA_SETUP_CPUPROFILE_HZ", 100))
 			if err := pprof.StartCPUProfile(f); err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			defer pprof.StopCPUProfile()
+			stopProfile = pprof.StopCPUProfile
 		}
 		var dw sync.WaitGroup
+		cpu0 := readCPUStat()
 		start := time.Now()
 		for i := range conN {
 			dw.Add(1)
@@ -266,6 +271,12 @@ func TestSetupProfile(t *testing.T) {
 		}
 		dw.Wait()
 		wall := time.Since(start)
+		stopProfile() // the dials only, not the closes below
+		if cpu0 != nil {
+			if cpu1 := readCPUStat(); cpu1 != nil {
+				t.Logf("guest CPU during the round (jiffies, all CPUs): %s", cpuDelta(cpu0, cpu1))
+			}
+		}
 		setupTrace.Store(nil)
 		m.walls = append(m.walls, wall)
 		count(m, st0)
@@ -315,4 +326,33 @@ func TestSetupProfile(t *testing.T) {
 			t.Errorf("with the pool off, %d QPs were reused", m.reused)
 		}
 	}
+}
+
+// readCPUStat returns /proc/stat's aggregate cpu line (user nice system idle
+// iowait irq softirq ...), or nil.
+func readCPUStat() []int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return nil
+	}
+	var out []int64
+	for _, x := range f[1:8] {
+		n, _ := strconv.ParseInt(x, 10, 64)
+		out = append(out, n)
+	}
+	return out
+}
+
+func cpuDelta(a, b []int64) string {
+	names := []string{"user", "nice", "system", "idle", "iowait", "irq", "softirq"}
+	var sb strings.Builder
+	for i, n := range names {
+		fmt.Fprintf(&sb, "%s %d ", n, b[i]-a[i])
+	}
+	return sb.String()
 }
