@@ -66,7 +66,7 @@ func (c *Conn) msgDoneLocked(idx int, err error) {
 	c.msgFree = append(c.msgFree, idx)
 	if c.msgAsync[idx] {
 		c.asyncOut--
-		c.opDone <- OpCompletion{ID: c.msgID[idx], Err: err}
+		c.oq.push(OpCompletion{ID: c.msgID[idx], Err: err})
 	}
 }
 

@@ -297,7 +297,7 @@ func (c *Conn) release() error {
 		if b.Valid() {
 			if c.msgAsync[i] {
 				c.asyncOut--
-				c.opDone <- OpCompletion{ID: c.msgID[i], Err: net.ErrClosed}
+				c.oq.push(OpCompletion{ID: c.msgID[i], Err: net.ErrClosed})
 			}
 			rel = append(rel, b)
 			c.msgSend[i] = buffer.Buf{}
@@ -308,7 +308,7 @@ func (c *Conn) release() error {
 		if s.local.Valid() {
 			if s.async {
 				c.asyncOut--
-				c.opDone <- OpCompletion{ID: s.id, Err: net.ErrClosed}
+				c.oq.push(OpCompletion{ID: s.id, Err: net.ErrClosed})
 			} else {
 				select {
 				case s.done <- net.ErrClosed:

@@ -239,7 +239,19 @@ func TestOneSided(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no notification for WriteRemoteImm")
 	}
-	// Asynchronous forms complete on Completions().
+	// Asynchronous forms: their ends come to RecvCompletion, in order, until
+	// the user takes Completions(); then on the channel.
+	for i := uint64(0); i < 8; i++ {
+		if err := c.PostWriteRemote(local, remote, 0, 100+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := uint64(0); i < 8; i++ {
+		oc, err := c.RecvCompletion(ctx)
+		if err != nil || oc.Err != nil || oc.ID != 100+i {
+			t.Fatalf("RecvCompletion %d: %+v, %v", i, oc, err)
+		}
+	}
 	for i := uint64(0); i < 8; i++ {
 		if err := c.PostWriteRemote(local, remote, 0, i); err != nil {
 			t.Fatal(err)
@@ -793,6 +805,69 @@ func TestCompletionsFull(t *testing.T) {
 	}
 	if oc := <-c.Completions(); oc.ID != 7 || oc.Err != nil {
 		t.Fatalf("completion %+v", oc)
+	}
+}
+
+// TestRecvCompletion: RecvCompletion returns PostSend's ends in order,
+// switches to the channel after Completions() without losing or
+// reordering one, and Close unblocks a waiting call with net.ErrClosed.
+func TestRecvCompletion(t *testing.T) {
+	c, s, ln := connPair(t, nil)
+	defer ln.Close()
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	go func() {
+		for m := range s.Messages() {
+			m.Release()
+		}
+	}()
+	post := func(id uint64) {
+		b, _ := c.Alloc(64)
+		if err := c.PostSend(ctx, b, id); err != nil {
+			t.Fatalf("PostSend %d: %v", id, err)
+		}
+	}
+	for i := uint64(0); i < 6; i++ {
+		post(i)
+	}
+	for i := uint64(0); i < 3; i++ { // three from the queue, three left in it
+		if oc, err := c.RecvCompletion(ctx); err != nil || oc.Err != nil || oc.ID != i {
+			t.Fatalf("RecvCompletion %d: %+v, %v", i, oc, err)
+		}
+	}
+	time.Sleep(rdmatest.Scale(20 * time.Millisecond)) // the rest are queued by now, or soon
+	ch := c.Completions()                             // the queued ends move to the channel, in order
+	post(6)
+	for i := uint64(3); i < 5; i++ {
+		select {
+		case oc := <-ch:
+			if oc.Err != nil || oc.ID != i {
+				t.Fatalf("Completions() %d: %+v", i, oc)
+			}
+		case <-ctx.Done():
+			t.Fatalf("completion %d missing", i)
+		}
+	}
+	for i := uint64(5); i < 7; i++ { // RecvCompletion reads the channel now
+		if oc, err := c.RecvCompletion(ctx); err != nil || oc.Err != nil || oc.ID != i {
+			t.Fatalf("RecvCompletion %d after Completions(): %+v, %v", i, oc, err)
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.RecvCompletion(ctx)
+		errc <- err
+	}()
+	time.Sleep(rdmatest.Scale(20 * time.Millisecond))
+	c.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("RecvCompletion after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(rdmatest.Scale(5 * time.Second)):
+		t.Fatal("Close did not unblock RecvCompletion")
 	}
 }
 

@@ -36,7 +36,7 @@ import (
 // completion is sure to fit Completions(). Only the poller sends on it
 // (under c.mu, held here) and the user only takes from it, so the check
 // stays true until the operation is posted.
-func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+len(c.opDone) < cap(c.opDone) }
+func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < cap(c.opDone) }
 
 // Access is what the peer may do to an exported buffer.
 type Access int
@@ -210,8 +210,9 @@ func (e *Export) close() error {
 type oneSidedState struct {
 	ops      []opSlot
 	opFree   []int
-	opDone   chan OpCompletion
-	asyncOut int // asynchronous operations posted whose completion is not yet on opDone
+	oq       lendQueue[OpCompletion] // lendqueue.go: ends of asynchronous operations until RecvCompletion or Completions() takes them
+	opDone   chan OpCompletion       // oq.ch: what Completions() returns
+	asyncOut int                     // asynchronous operations posted whose completion is not yet queued
 	exports  map[*Export]struct{}
 }
 
@@ -249,7 +250,8 @@ func (c *Conn) initOneSided() {
 	}
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
-	c.opDone = make(chan OpCompletion, c.ep.maxOps+c.ep.maxMsgs)
+	c.oq = newLendQueue[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
+	c.opDone = c.oq.ch
 	c.exports = make(map[*Export]struct{})
 }
 
@@ -280,12 +282,33 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 
 // Completions delivers the ends of PostSend, PostWriteRemote and
 // PostReadRemote operations; it has room for every one that can be in flight.
+// The poller's goroutine feeds it: a caller that waits for the ends itself
+// does better with RecvCompletion.
 func (c *Conn) Completions() <-chan OpCompletion {
 	if c.tcp != nil {
 		return c.tcp.opDone
 	}
 	c.channelUser()
+	if !c.oq.viaChan.Load() {
+		c.mu.Lock()
+		c.oq.toChan()
+		c.mu.Unlock()
+	}
 	return c.opDone
+}
+
+// RecvCompletion waits for the end of the next PostSend, PostWriteRemote or
+// PostReadRemote, in the order they end (bounded by ctx and the read
+// deadline), polling for it meanwhile as Recv does: no hand-off from the
+// poller's goroutine, which Completions() needs. Ends not yet taken wait in
+// order; once Completions() was called they go to that channel, which this
+// then reads. After Close it returns the ends still queued, then
+// net.ErrClosed.
+func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
+	if c.tcp != nil {
+		return c.tcp.recvCompletion(ctx)
+	}
+	return receive(c, ctx, &c.oq, "recv completion")
 }
 
 // WriteRemote writes local's bytes into the peer's exported buffer at
@@ -474,7 +497,7 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 	s.local = buffer.Buf{}
 	if s.async {
 		c.asyncOut--
-		c.opDone <- OpCompletion{ID: s.id, Err: err}
+		c.oq.push(OpCompletion{ID: s.id, Err: err})
 	} else {
 		s.done <- err
 	}

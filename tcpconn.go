@@ -671,6 +671,35 @@ func (t *tcpConn) recv(ctx context.Context) (buffer.Buf, error) {
 	}
 }
 
+// recvCompletion is RecvCompletion over TCP: the next PostSend's end.
+func (t *tcpConn) recvCompletion(ctx context.Context) (OpCompletion, error) {
+	select {
+	case oc := <-t.opDone: // ends queued before a Close are still returned
+		return oc, nil
+	default:
+	}
+	if err := t.checkOpen("recv completion"); err != nil {
+		return OpCompletion{}, err
+	}
+	if t.rdDeadline.expired() {
+		return OpCompletion{}, t.opError("recv completion", os.ErrDeadlineExceeded)
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case oc := <-t.opDone:
+		return oc, nil
+	case <-t.rdDeadline.wait():
+		return OpCompletion{}, t.opError("recv completion", os.ErrDeadlineExceeded)
+	case <-t.closing:
+		return OpCompletion{}, t.opError("recv completion", net.ErrClosed)
+	case <-done:
+		return OpCompletion{}, t.opError("recv completion", ctx.Err())
+	}
+}
+
 // notRDMA is the error of the one-sided calls on a TCP-backed Conn.
 func (t *tcpConn) notRDMA(op string) error { return t.opError(op, ErrNotRDMA) }
 

@@ -216,6 +216,15 @@ func (c *Conn) Completions() <-chan OpCompletion {
 	return closedCompletions
 }
 
+// RecvCompletion waits for a TCP-backed connection's next PostSend end;
+// without one it fails: there is no RDMA in this build.
+func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
+	if c.tcp != nil {
+		return c.tcp.recvCompletion(ctx)
+	}
+	return OpCompletion{}, opError("recv completion")
+}
+
 // WriteRemote fails: there is no RDMA in this build.
 func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
 	if c.tcp != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/verbline/rdma"
@@ -229,8 +230,10 @@ func msgFlow(s *Side, rate bool) (*Sample, error) {
 }
 
 // writeStream: the client keeps up to 16 RDMA writes of Size bytes in flight
-// into the server's exported buffer (PostWriteRemote, completions on
-// Completions()); bandwidth is bytes over the time until the last completes.
+// into the server's exported buffer (PostWriteRemote, their ends taken with
+// RecvCompletion, which polls for them: RDMABENCH_WRITE_CHAN=1 takes them
+// from Completions() instead); bandwidth is bytes over the time until the
+// last completes.
 func writeStream(s *Side) (*Sample, error) {
 	c, local, remote, done, err := exportedPair(s)
 	if err != nil {
@@ -243,12 +246,22 @@ func writeStream(s *Side) (*Sample, error) {
 		return nil, nil
 	}
 	const depth = 16
+	next := func() error {
+		oc, err := c.RecvCompletion(context.Background())
+		if err != nil {
+			return err
+		}
+		return oc.Err
+	}
+	if os.Getenv("RDMABENCH_WRITE_CHAN") == "1" {
+		next = func() error { return (<-c.Completions()).Err }
+	}
 	start := time.Now()
 	inflight := 0
 	for i := 0; i < s.Iters; i++ {
 		if inflight == depth {
-			if oc := <-c.Completions(); oc.Err != nil {
-				return nil, oc.Err
+			if err := next(); err != nil {
+				return nil, err
 			}
 			inflight--
 		}
@@ -258,8 +271,8 @@ func writeStream(s *Side) (*Sample, error) {
 		inflight++
 	}
 	for ; inflight > 0; inflight-- {
-		if oc := <-c.Completions(); oc.Err != nil {
-			return nil, oc.Err
+		if err := next(); err != nil {
+			return nil, err
 		}
 	}
 	el := time.Since(start)
