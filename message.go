@@ -262,7 +262,13 @@ func (c *Conn) Messages() <-chan buffer.Buf {
 	if c.tcp != nil {
 		return c.tcp.msgs
 	}
-	return userChan(c, &c.mq)
+	c.channelUser()
+	if !c.mq.viaChan.Load() {
+		c.mu.Lock()
+		c.mq.toChan()
+		c.mu.Unlock()
+	}
+	return c.msgs
 }
 
 // channelUser records that the user may wait on one of the connection's

@@ -260,7 +260,13 @@ func (c *Conn) Notifications() <-chan Notification {
 	if c.tcp != nil {
 		return c.tcp.notes
 	}
-	return userChan(c, &c.nq)
+	c.channelUser()
+	if !c.nq.viaChan.Load() {
+		c.mu.Lock()
+		c.nq.toChan()
+		c.mu.Unlock()
+	}
+	return c.notes
 }
 
 // RecvNotification waits for the next notification (bounded by ctx and the
@@ -282,7 +288,13 @@ func (c *Conn) Completions() <-chan OpCompletion {
 	if c.tcp != nil {
 		return c.tcp.opDone
 	}
-	return userChan(c, &c.oq)
+	c.channelUser()
+	if !c.oq.viaChan.Load() {
+		c.mu.Lock()
+		c.oq.toChan()
+		c.mu.Unlock()
+	}
+	return c.opDone
 }
 
 // RecvCompletion waits for the end of the next PostSend, PostWriteRemote or

@@ -646,14 +646,29 @@ func (t *tcpConn) recv(ctx context.Context) (buffer.Buf, error) {
 	if err := t.checkOpen("recv"); err != nil {
 		return buffer.Buf{}, err
 	}
-	b, ok, err := tcpWait(t, ctx, t.msgs, "recv")
-	if err != nil || ok {
-		return b, err
+	if t.rdDeadline.expired() {
+		return buffer.Buf{}, t.opError("recv", os.ErrDeadlineExceeded)
 	}
-	if err := t.endErr(); err != io.EOF {
-		return buffer.Buf{}, t.opError("recv", err)
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
 	}
-	return buffer.Buf{}, io.EOF
+	select {
+	case b, ok := <-t.msgs:
+		if ok {
+			return b, nil
+		}
+		if err := t.endErr(); err != io.EOF {
+			return buffer.Buf{}, t.opError("recv", err)
+		}
+		return buffer.Buf{}, io.EOF
+	case <-t.rdDeadline.wait():
+		return buffer.Buf{}, t.opError("recv", os.ErrDeadlineExceeded)
+	case <-t.closing:
+		return buffer.Buf{}, t.opError("recv", net.ErrClosed)
+	case <-done:
+		return buffer.Buf{}, t.opError("recv", ctx.Err())
+	}
 }
 
 // recvCompletion is RecvCompletion over TCP: the next PostSend's end.
@@ -666,29 +681,22 @@ func (t *tcpConn) recvCompletion(ctx context.Context) (OpCompletion, error) {
 	if err := t.checkOpen("recv completion"); err != nil {
 		return OpCompletion{}, err
 	}
-	oc, _, err := tcpWait(t, ctx, t.opDone, "recv completion")
-	return oc, err
-}
-
-// tcpWait takes the next value from ch (ok false: ch is closed), bounded by
-// ctx, the read deadline and Close.
-func tcpWait[T any](t *tcpConn, ctx context.Context, ch <-chan T, op string) (v T, ok bool, err error) {
 	if t.rdDeadline.expired() {
-		return v, false, t.opError(op, os.ErrDeadlineExceeded)
+		return OpCompletion{}, t.opError("recv completion", os.ErrDeadlineExceeded)
 	}
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
 	select {
-	case v, ok = <-ch:
-		return v, ok, nil
+	case oc := <-t.opDone:
+		return oc, nil
 	case <-t.rdDeadline.wait():
-		return v, false, t.opError(op, os.ErrDeadlineExceeded)
+		return OpCompletion{}, t.opError("recv completion", os.ErrDeadlineExceeded)
 	case <-t.closing:
-		return v, false, t.opError(op, net.ErrClosed)
+		return OpCompletion{}, t.opError("recv completion", net.ErrClosed)
 	case <-done:
-		return v, false, t.opError(op, ctx.Err())
+		return OpCompletion{}, t.opError("recv completion", ctx.Err())
 	}
 }
 
