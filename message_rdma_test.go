@@ -610,9 +610,12 @@ func TestLargeMessages(t *testing.T) {
 	}
 
 	// PostSend: the completion comes once the peer has read the message.
+	// The rounds' last large Sends returned when the peer took them, but
+	// their buffers go back to the pool only when their windows are
+	// invalidated: wait for that before taking the pool's figure.
 	b, _ := c.Alloc(1 << 20)
 	fill(b.Bytes(), 5)
-	inUse := c.dev.pool.Stats().InUseBytes
+	inUse := settledInUse(t, c)
 	if err := c.PostSend(ctx, b, 42); err != nil {
 		t.Fatal(err)
 	}
@@ -639,10 +642,11 @@ func TestLargeMessages(t *testing.T) {
 		t.Fatal("the sender's buffer is still live after its completion")
 	}
 	// The receiver's copy is its own pool buffer until released.
-	if got := c.dev.pool.Stats().InUseBytes; got != inUse {
+	got := settledInUse(t, c)
+	r.Release()
+	if got != inUse {
 		t.Fatalf("pool in use %d after the send completed, want %d (the receiver's 1 MiB)", got, inUse)
 	}
-	r.Release()
 
 	// Close right after a large Send: the peer still reads it, then sees EOF.
 	b, _ = c.Alloc(2 << 20)
@@ -664,6 +668,29 @@ func TestLargeMessages(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// settledInUse is the device pool's bytes in use once c has no large
+// message in a rendezvous (its window not yet invalidated) and the figure
+// holds still (a completion's buffers are released just after the
+// connection's lock is dropped).
+func settledInUse(t *testing.T, c *Conn) int64 {
+	t.Helper()
+	deadline := time.Now().Add(rdmatest.Scale(10 * time.Second))
+	last, out := int64(-1), 0
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		out = c.rvOut
+		c.mu.Unlock()
+		got := c.dev.pool.Stats().InUseBytes
+		if out == 0 && got == last {
+			return got
+		}
+		last = got
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the pool's figure did not settle: %d rendezvous out, %d bytes in use", out, last)
+	return 0
 }
 
 // TestLargeMessagePoolExhausted: a receiver whose pool has no buffer for an
