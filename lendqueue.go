@@ -26,8 +26,23 @@ type lendQueue[T any] struct {
 	chDone  bool        // ch is closed
 }
 
+// newLendQueue makes a queue with room for n values; its ring is made at
+// the first push (a connection that never uses the view pays nothing).
 func newLendQueue[T any](n int) lendQueue[T] {
-	return lendQueue[T]{ch: make(chan T, n), ring: make([]T, n)}
+	return lendQueue[T]{ch: make(chan T, n)}
+}
+
+// userChan hands q's channel to the user (Messages, Notifications,
+// Completions): the poller keeps delivering for a user who may wait on it
+// without calling into the library, and what waits in the ring goes first.
+func userChan[T any](c *Conn, q *lendQueue[T]) <-chan T {
+	c.channelUser()
+	if !q.viaChan.Load() {
+		c.mu.Lock()
+		q.toChan()
+		c.mu.Unlock()
+	}
+	return q.ch
 }
 
 // push appends v. Called with Conn.mu held.
@@ -36,10 +51,10 @@ func (q *lendQueue[T]) push(v T) {
 		q.ch <- v
 		return
 	}
-	if q.n == len(q.ring) { // cannot happen (as a full channel could not), but never lose a value
+	if q.n == len(q.ring) { // the first push; or full, which cannot happen (as a full channel could not), but never lose a value
 		q.ring = append(q.ring[q.head:], q.ring[:q.head]...)
 		q.head = 0
-		q.ring = append(q.ring, make([]T, len(q.ring))...)
+		q.ring = append(q.ring, make([]T, max(len(q.ring), cap(q.ch)))...)
 	}
 	q.ring[(q.head+q.n)%len(q.ring)] = v
 	q.n++

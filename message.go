@@ -262,13 +262,7 @@ func (c *Conn) Messages() <-chan buffer.Buf {
 	if c.tcp != nil {
 		return c.tcp.msgs
 	}
-	c.channelUser()
-	if !c.mq.viaChan.Load() {
-		c.mu.Lock()
-		c.mq.toChan()
-		c.mu.Unlock()
-	}
-	return c.msgs
+	return userChan(c, &c.mq)
 }
 
 // channelUser records that the user may wait on one of the connection's

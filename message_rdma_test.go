@@ -787,6 +787,14 @@ func waitNoDevice(t *testing.T) {
 	}
 }
 
+// releaseMessages releases every message c receives until its Messages()
+// closes (a peer that only has to keep up).
+func releaseMessages(c *Conn) {
+	for m := range c.Messages() {
+		m.Release()
+	}
+}
+
 // TestCompletionsFull: asynchronous posts stop with a clear error while
 // Completions() could not take their results (the poller never blocks on
 // it), and work again once the user drains it.
@@ -797,11 +805,7 @@ func TestCompletionsFull(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
 	defer cancel()
-	go func() {
-		for m := range s.Messages() {
-			m.Release()
-		}
-	}()
+	go releaseMessages(s)
 	posted := 0
 	var err error
 	for ; posted < 1000; posted++ {
@@ -844,11 +848,7 @@ func TestRecvCompletion(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
 	defer cancel()
-	go func() {
-		for m := range s.Messages() {
-			m.Release()
-		}
-	}()
+	go releaseMessages(s)
 	post := func(id uint64) {
 		b, _ := c.Alloc(64)
 		if err := c.PostSend(ctx, b, id); err != nil {

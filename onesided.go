@@ -260,13 +260,7 @@ func (c *Conn) Notifications() <-chan Notification {
 	if c.tcp != nil {
 		return c.tcp.notes
 	}
-	c.channelUser()
-	if !c.nq.viaChan.Load() {
-		c.mu.Lock()
-		c.nq.toChan()
-		c.mu.Unlock()
-	}
-	return c.notes
+	return userChan(c, &c.nq)
 }
 
 // RecvNotification waits for the next notification (bounded by ctx and the
@@ -288,13 +282,7 @@ func (c *Conn) Completions() <-chan OpCompletion {
 	if c.tcp != nil {
 		return c.tcp.opDone
 	}
-	c.channelUser()
-	if !c.oq.viaChan.Load() {
-		c.mu.Lock()
-		c.oq.toChan()
-		c.mu.Unlock()
-	}
-	return c.opDone
+	return userChan(c, &c.oq)
 }
 
 // RecvCompletion waits for the end of the next PostSend, PostWriteRemote or

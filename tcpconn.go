@@ -646,29 +646,14 @@ func (t *tcpConn) recv(ctx context.Context) (buffer.Buf, error) {
 	if err := t.checkOpen("recv"); err != nil {
 		return buffer.Buf{}, err
 	}
-	if t.rdDeadline.expired() {
-		return buffer.Buf{}, t.opError("recv", os.ErrDeadlineExceeded)
+	b, ok, err := tcpWait(t, ctx, t.msgs, "recv")
+	if err != nil || ok {
+		return b, err
 	}
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
+	if err := t.endErr(); err != io.EOF {
+		return buffer.Buf{}, t.opError("recv", err)
 	}
-	select {
-	case b, ok := <-t.msgs:
-		if ok {
-			return b, nil
-		}
-		if err := t.endErr(); err != io.EOF {
-			return buffer.Buf{}, t.opError("recv", err)
-		}
-		return buffer.Buf{}, io.EOF
-	case <-t.rdDeadline.wait():
-		return buffer.Buf{}, t.opError("recv", os.ErrDeadlineExceeded)
-	case <-t.closing:
-		return buffer.Buf{}, t.opError("recv", net.ErrClosed)
-	case <-done:
-		return buffer.Buf{}, t.opError("recv", ctx.Err())
-	}
+	return buffer.Buf{}, io.EOF
 }
 
 // recvCompletion is RecvCompletion over TCP: the next PostSend's end.
@@ -681,22 +666,29 @@ func (t *tcpConn) recvCompletion(ctx context.Context) (OpCompletion, error) {
 	if err := t.checkOpen("recv completion"); err != nil {
 		return OpCompletion{}, err
 	}
+	oc, _, err := tcpWait(t, ctx, t.opDone, "recv completion")
+	return oc, err
+}
+
+// tcpWait takes the next value from ch (ok false: ch is closed), bounded by
+// ctx, the read deadline and Close.
+func tcpWait[T any](t *tcpConn, ctx context.Context, ch <-chan T, op string) (v T, ok bool, err error) {
 	if t.rdDeadline.expired() {
-		return OpCompletion{}, t.opError("recv completion", os.ErrDeadlineExceeded)
+		return v, false, t.opError(op, os.ErrDeadlineExceeded)
 	}
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
 	select {
-	case oc := <-t.opDone:
-		return oc, nil
+	case v, ok = <-ch:
+		return v, ok, nil
 	case <-t.rdDeadline.wait():
-		return OpCompletion{}, t.opError("recv completion", os.ErrDeadlineExceeded)
+		return v, false, t.opError(op, os.ErrDeadlineExceeded)
 	case <-t.closing:
-		return OpCompletion{}, t.opError("recv completion", net.ErrClosed)
+		return v, false, t.opError(op, net.ErrClosed)
 	case <-done:
-		return OpCompletion{}, t.opError("recv completion", ctx.Err())
+		return v, false, t.opError(op, ctx.Err())
 	}
 }
 

@@ -170,6 +170,15 @@ func (p *pair) later(wrid uint64) []verbs.WC {
 	return p.completions(1, rdmatest.Scale(3*time.Second))
 }
 
+// laterSucceeds fails the test unless a SEND posted now (see later)
+// completes successfully: the requester still works.
+func (p *pair) laterSucceeds(wrid uint64) {
+	p.t.Helper()
+	if got := p.later(wrid); len(got) != 1 || got[0].Status != verbs.WCSuccess {
+		p.t.Fatalf("a later send:%s; want it successful (%s)", describe(got), p.state())
+	}
+}
+
 // rnrNAKs is the device's count of RNR NAKs its requesters received.
 func (p *pair) rnrNAKs() int {
 	p.t.Helper()
@@ -216,9 +225,7 @@ func TestRetryWithoutBind(t *testing.T) {
 		t.Fatalf("completions:%s; want two successful sends (%s)", describe(got), p.state())
 	}
 	p.retried(rnr)
-	if got := p.later(3); len(got) != 1 || got[0].Status != verbs.WCSuccess {
-		t.Fatalf("a later send:%s; want it successful (%s)", describe(got), p.state())
-	}
+	p.laterSucceeds(3)
 }
 
 // TestBindOnEmptyQueueThenRetry is what the library relies on (rxebind.go):
@@ -238,9 +245,7 @@ func TestBindOnEmptyQueueThenRetry(t *testing.T) {
 		t.Fatalf("completions:%s; want the bind then the send, both successful (%s)", describe(got), p.state())
 	}
 	p.retried(rnr)
-	if got := p.later(3); len(got) != 1 || got[0].Status != verbs.WCSuccess {
-		t.Fatalf("a later send:%s; want it successful (%s)", describe(got), p.state())
-	}
+	p.laterSucceeds(3)
 }
 
 // TestBindBehindRetriedSend: a bind posted behind a SEND that then meets an
