@@ -5,12 +5,14 @@ package rdma
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,6 +261,7 @@ func TestSetupProfile(t *testing.T) {
 			defer f.Close()
 			stopProfile = pprof.StopCPUProfile
 		}
+		stopPerf := startPerf(t, fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)))
 		var dw sync.WaitGroup
 		cpu0 := readCPUStat()
 		start := time.Now()
@@ -272,6 +275,7 @@ func TestSetupProfile(t *testing.T) {
 		dw.Wait()
 		wall := time.Since(start)
 		stopProfile() // the dials only, not the closes below
+		stopPerf()
 		if cpu0 != nil {
 			if cpu1 := readCPUStat(); cpu1 != nil {
 				t.Logf("guest CPU during the round (jiffies, all CPUs): %s", cpuDelta(cpu0, cpu1))
@@ -355,4 +359,34 @@ func cpuDelta(a, b []int64) string {
 		fmt.Fprintf(&sb, "%s %d ", n, b[i]-a[i])
 	}
 	return sb.String()
+}
+
+// startPerf, with RDMA_SETUP_PERF set to a directory, records the whole
+// guest's CPU (perf record -a, kernel stacks included: most of a round's
+// time is kernel work outside this process) until the returned func is
+// called, into DIR/NAME.data. Without it, or without perf, it does nothing.
+func startPerf(t *testing.T, name string) (stop func()) {
+	dir := os.Getenv("RDMA_SETUP_PERF")
+	if dir == "" {
+		return func() {}
+	}
+	out := fmt.Sprintf("%s/%s.data", dir, name)
+	cmd := exec.Command("perf", "record", "-q", "-a", "-g", "-e", "cpu-clock", "-F", "2000", "-o", out)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Logf("perf: %v", err)
+		return func() {}
+	}
+	// perf opens its events after it starts: until its output file has a
+	// header, the round would start unrecorded.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st, err := os.Stat(out); err == nil && st.Size() > 0 {
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	return func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+	}
 }
