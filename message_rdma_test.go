@@ -288,6 +288,24 @@ func TestOneSided(t *testing.T) {
 		t.Fatalf("dialer's export after the write: %v, imm %d, %q", err, n.Imm, back.Bytes()[:8])
 	}
 	n.Release()
+	// The asynchronous form: each write's notification carries its
+	// immediate, in order, and its end comes to RecvCompletion with its id.
+	for i := uint32(0); i < 3; i++ { // a window starts with 4 credits, one kept for the end
+		src.Bytes()[0] = byte('0' + i)
+		if err := s.PostWriteRemoteImm(ctx, src, bexp.Remote(), 0, 20+i, 200+uint64(i)); err != nil {
+			t.Fatalf("PostWriteRemoteImm %d: %v", i, err)
+		}
+		n, err := c.RecvNotification(ctx)
+		if err != nil || n.Imm != 20+i || n.Len != 256 || back.Bytes()[0] != byte('0'+i) {
+			t.Fatalf("notification %d of PostWriteRemoteImm: %+v, %v, %q", i, n, err, back.Bytes()[:1])
+		}
+		n.Release()
+	}
+	for i := uint64(0); i < 3; i++ {
+		if oc, err := s.RecvCompletion(ctx); err != nil || oc.Err != nil || oc.ID != 200+i {
+			t.Fatalf("RecvCompletion %d of PostWriteRemoteImm: %+v, %v", i, oc, err)
+		}
+	}
 	// With nothing coming, RecvNotification ends at the read deadline.
 	c.SetReadDeadline(time.Now().Add(rdmatest.Scale(50 * time.Millisecond)))
 	if _, err := c.RecvNotification(ctx); !errors.Is(err, os.ErrDeadlineExceeded) {

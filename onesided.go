@@ -227,7 +227,7 @@ type opSlot struct {
 
 // OpCompletion reports the end of an asynchronous operation.
 type OpCompletion struct {
-	ID  uint64 // as given to PostSend, PostWriteRemote or PostReadRemote
+	ID  uint64 // as given to PostSend, PostWriteRemote(Imm) or PostReadRemote
 	Err error
 }
 
@@ -274,8 +274,8 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 	return receive(c, ctx, &c.nq, "recv notification")
 }
 
-// Completions delivers the ends of PostSend, PostWriteRemote and
-// PostReadRemote operations; it has room for every one that can be in flight.
+// Completions delivers the ends of PostSend, PostWriteRemote,
+// PostWriteRemoteImm and PostReadRemote operations; it has room for every one that can be in flight.
 // The poller's goroutine feeds it: a caller that waits for the ends itself
 // does better with RecvCompletion.
 func (c *Conn) Completions() <-chan OpCompletion {
@@ -285,8 +285,8 @@ func (c *Conn) Completions() <-chan OpCompletion {
 	return userChan(c, &c.oq)
 }
 
-// RecvCompletion waits for the end of the next PostSend, PostWriteRemote or
-// PostReadRemote, in the order they end (bounded by ctx and the read
+// RecvCompletion waits for the end of the next PostSend, PostWriteRemote(Imm)
+// or PostReadRemote, in the order they end (bounded by ctx and the read
 // deadline), polling for it meanwhile as Recv does: no hand-off from the
 // poller's goroutine, which Completions() needs. Ends not yet taken wait in
 // order; once Completions() was called they go to that channel, which this
@@ -334,6 +334,19 @@ func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id ui
 		return c.tcp.notRDMA("write remote")
 	}
 	return c.oneSided(context.Background(), "write remote", verbs.OpRDMAWrite, local, remote, offset, 0, true, id)
+}
+
+// PostWriteRemoteImm starts WriteRemoteImm and returns once it is posted;
+// its end arrives on Completions() (or RecvCompletion) with id, as for
+// PostWriteRemote. It waits, bounded by ctx, only for a credit (the peer's
+// receive buffer its notification takes), as PostSend does. A request
+// answered by the peer's own write with an immediate needs no wait for the
+// request's end before waiting for the answer (RecvNotification).
+func (c *Conn) PostWriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
+	return c.oneSided(ctx, "write remote", verbs.OpRDMAWriteWithImm, local, remote, offset, imm, true, id)
 }
 
 // PostReadRemote starts ReadRemote; its end arrives on Completions() with id.

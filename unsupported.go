@@ -257,6 +257,14 @@ func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id ui
 	return opError("write remote")
 }
 
+// PostWriteRemoteImm fails: there is no RDMA in this build.
+func (c *Conn) PostWriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
+	return opError("write remote")
+}
+
 // PostReadRemote fails: there is no RDMA in this build.
 func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
 	if c.tcp != nil {
@@ -350,7 +358,7 @@ func (e *Export) Close() error { return nil }
 
 // OpCompletion reports the end of an asynchronous operation.
 type OpCompletion struct {
-	ID  uint64 // as given to PostSend, PostWriteRemote or PostReadRemote
+	ID  uint64 // as given to PostSend, PostWriteRemote(Imm) or PostReadRemote
 	Err error
 }
 
