@@ -358,6 +358,23 @@ func (t *tcpConn) queue(ctx context.Context, f outFrame) error {
 	if err := t.writeErr(); err != nil {
 		return err
 	}
+	return t.queueLocked(ctx, f)
+}
+
+// queueFIN queues the end-of-stream mark once closeWrite set finSent,
+// which queue would refuse.
+func (t *tcpConn) queueFIN(ctx context.Context) error {
+	t.wmu.RLock()
+	defer t.wmu.RUnlock()
+	if t.closed {
+		return net.ErrClosed
+	}
+	return t.queueLocked(ctx, outFrame{typ: frameFIN})
+}
+
+// queueLocked waits for room for f in the writer's queue. Called with wmu
+// held shared.
+func (t *tcpConn) queueLocked(ctx context.Context, f outFrame) error {
 	select {
 	case t.out <- f:
 		return nil
@@ -499,23 +516,34 @@ func (t *tcpConn) write(b []byte) (int, error) {
 func (t *tcpConn) closeWrite() error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	t.wmu.RLock()
+	// Marked first, under the exclusive lock: no producer is inside queue()
+	// then, and every later one sees finSent (EPIPE), so nothing can be
+	// queued behind the FIN (a Send racing CloseWrite could before: the
+	// peer saw EOF, then a message).
+	t.wmu.Lock()
 	fin := t.finSent
-	t.wmu.RUnlock()
+	err := t.writeErr()
+	if err == nil {
+		t.finSent = true
+	}
+	t.wmu.Unlock()
 	if fin {
 		return nil
 	}
+	if err != nil {
+		return t.opError("close", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
 	defer cancel()
-	if err := t.queue(ctx, outFrame{typ: frameFIN}); err != nil {
+	if err := t.queueFIN(ctx); err != nil {
+		t.wmu.Lock()
+		t.finSent = false // not sent: a later CloseWrite tries again
+		t.wmu.Unlock()
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = &fallbackCloseTimeout{"the send queue stayed full, so the end-of-stream mark could not be queued"}
 		}
 		return t.opError("close", err)
 	}
-	t.wmu.Lock()
-	t.finSent = true
-	t.wmu.Unlock()
 	return nil
 }
 
