@@ -103,6 +103,7 @@ func expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what
 	if err != nil {
 		return ev, err
 	}
+	traceDelivery(ev, "")
 	if ev.Type == want {
 		return ev, nil
 	}

@@ -102,6 +102,7 @@ func (l *Listener) loop() {
 		if ev.Type != rdmacm.EventConnectRequest {
 			continue
 		}
+		traceDelivery(ev, " (to the listener's loop)")
 		if l.admit != nil {
 			if err := l.admit(ev.ID.PeerAddr()); err != nil {
 				reject(ev.ID, wire.RejectPolicy, err.Error())
@@ -174,6 +175,7 @@ func (l *Listener) finished(run *handshakeRun, c *Conn) bool {
 func (l *Listener) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.Event) {
 	defer l.pending.Done()
 	defer run.cancel()
+	traceDelivery(ev, " (through the listener's loop)")
 	go func() {
 		select {
 		case <-l.closing:

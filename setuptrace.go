@@ -5,6 +5,8 @@ package rdma
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/verbline/rdma/internal/rdmacm"
 )
 
 // setupTrace, when set (by the set-up measurements in the package's tests),
@@ -36,4 +38,14 @@ func (s *stepTimer) step(step string) {
 	now := time.Now()
 	s.trace(s.side, step, now.Sub(s.last))
 	s.last = now
+}
+
+// traceDelivery reports how long ev took from its read off the kernel's
+// event channel to the goroutine that handles it (a hand-off through a Go
+// channel, and for connect requests the listener's loop and a new
+// goroutine too), as the step "delivery <event><via>" of side "event".
+func traceDelivery(ev rdmacm.Event, via string) {
+	if f := setupTrace.Load(); f != nil && !ev.Read.IsZero() {
+		(*f)("event", "delivery "+ev.Type.String()+via, time.Since(ev.Read))
+	}
 }

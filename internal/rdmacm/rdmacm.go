@@ -160,6 +160,9 @@ type Event struct {
 	// From the peer's connection parameters (EventConnectRequest / EventConnectResponse).
 	ResponderResources, InitiatorDepth uint8
 	QPNum                              uint32
+	// Read is when the channel's goroutine read the event from the kernel
+	// (the set-up measurements time its delivery from there).
+	Read time.Time
 }
 
 // Channel is an rdma_cm event channel. A goroutine reads its events through
@@ -255,6 +258,7 @@ func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 			return
 		}
 		out := Event{
+			Read: time.Now(),
 			Type: EventType(ev.event), Status: int(ev.status),
 			ResponderResources: uint8(ev.responder_resources), InitiatorDepth: uint8(ev.initiator_depth),
 			QPNum: uint32(ev.qp_num),
