@@ -275,9 +275,9 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 }
 
 // Completions delivers the ends of PostSend, PostWriteRemote,
-// PostWriteRemoteImm and PostReadRemote operations; it has room for every one that can be in flight.
-// The poller's goroutine feeds it: a caller that waits for the ends itself
-// does better with RecvCompletion.
+// PostWriteRemoteImm and PostReadRemote operations; it has room for every
+// one that can be in flight. The poller's goroutine feeds it: a caller that
+// waits for the ends itself does better with RecvCompletion.
 func (c *Conn) Completions() <-chan OpCompletion {
 	if c.tcp != nil {
 		return c.tcp.opDone

@@ -362,9 +362,10 @@ func cpuDelta(a, b []int64) string {
 }
 
 // startPerf, with RDMA_SETUP_PERF set to a directory, records the whole
-// guest's CPU (perf record -a, kernel stacks included: most of a round's
-// time is kernel work outside this process) until the returned func is
-// called, into DIR/NAME.data. Without it, or without perf, it does nothing.
+// guest's CPU (perf record -a, kernel stacks included: a round's CM and
+// rxe work runs in kernel threads outside this process) until the returned
+// func is called, into DIR/NAME.data. Without it, or without perf, it does
+// nothing.
 func startPerf(t *testing.T, name string) (stop func()) {
 	dir := os.Getenv("RDMA_SETUP_PERF")
 	if dir == "" {
