@@ -215,5 +215,8 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv("RDMA_TEST_CHILD_DIAL"); addr != "" {
 		peerChild(addr)
 	}
+	if addr := os.Getenv("RDMA_SETUP_LISTEN"); addr != "" {
+		setupServer(addr) // scripts/setupbench's server process (setup_rdma_test.go)
+	}
 	os.Exit(m.Run())
 }

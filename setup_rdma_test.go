@@ -3,11 +3,14 @@
 package rdma
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,18 +118,26 @@ func TestSetupProfile(t *testing.T) {
 		seqN = 0
 	}
 	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
-	checkLeaksAtEnd(t)
+	if os.Getenv("RDMA_SETUP_SERVER") == "" { // system-wide counts: a server process of its own holds objects
+		checkLeaksAtEnd(t)
+	}
 	// Measure what users run: without the tests' allocation-site tracking
 	// (a stack captured per buffer Get, 2% of this test's CPU), on a device
 	// set up here.
 	flushLingeringDevices()
 	trackAllocations = false
 	defer func() { trackAllocations = true }()
-	ln := listenTest(t, nil)
-	wg := echoServer(ln)
-	defer wg.Wait()
-	defer ln.Close()
-	keep, err := Dial("rdma", ln.Addr().String())
+	// The listener is in this process, or with RDMA_SETUP_SERVER=host:port
+	// in a process of its own (setupServer), as cmtime's server is.
+	addr := os.Getenv("RDMA_SETUP_SERVER")
+	if addr == "" {
+		ln := listenTest(t, nil)
+		wg := echoServer(ln)
+		defer wg.Wait()
+		defer ln.Close()
+		addr = ln.Addr().String()
+	}
+	keep, err := Dial("rdma", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +147,10 @@ func TestSetupProfile(t *testing.T) {
 	}
 	d := keep.dev
 	size := 2 * max(seqN, conN) // QPs the pool holds before a measured phase
+	primed := size              // pooled QPs a priming waits for: both ends' in this process, else the dialers'
+	if os.Getenv("RDMA_SETUP_SERVER") != "" {
+		primed = size / 2
+	}
 	quiet := time.Duration(envInt("RDMA_SETUP_QUIET_MS", 3000)) * time.Millisecond
 
 	type mode struct {
@@ -185,7 +200,7 @@ func TestSetupProfile(t *testing.T) {
 			dw.Add(1)
 			go func() {
 				defer dw.Done()
-				c, err := Dial("rdma", ln.Addr().String())
+				c, err := Dial("rdma", addr)
 				if err != nil {
 					t.Errorf("priming dial %d: %v", i, err)
 				}
@@ -203,7 +218,7 @@ func TestSetupProfile(t *testing.T) {
 		}
 		closed := time.Now()
 		if m.pool {
-			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= size })
+			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= primed })
 		}
 		// Both modes start quiet: the priming connections' disconnects and
 		// timewaits done in the kernel (with the pool their ids live until
@@ -227,7 +242,7 @@ func TestSetupProfile(t *testing.T) {
 		start := time.Now()
 		for i := range seqN {
 			t0 := time.Now()
-			c, err := Dial("rdma", ln.Addr().String())
+			c, err := Dial("rdma", addr)
 			if err != nil {
 				t.Fatalf("sequential dial %d: %v", i, err)
 			}
@@ -262,25 +277,46 @@ func TestSetupProfile(t *testing.T) {
 			stopProfile = pprof.StopCPUProfile
 		}
 		stopPerf := startPerf(t, fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)))
+		stopTrace := func() {}
+		if dir := os.Getenv("RDMA_SETUP_TRACE"); dir != "" { // the Go scheduler's view of each measured round
+			f, err := os.Create(fmt.Sprintf("%s/setup-pool%v-%d.trace", dir, m.pool, len(m.walls)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := trace.Start(f); err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			stopTrace = trace.Stop
+		}
 		var dw sync.WaitGroup
 		cpu0 := readCPUStat()
+		var ru0, ru1 syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		threads0 := osThreads()
 		start := time.Now()
 		for i := range conN {
 			dw.Add(1)
 			go func() {
 				defer dw.Done()
-				conns[i], errs[i] = Dial("rdma", ln.Addr().String())
+				conns[i], errs[i] = Dial("rdma", addr)
 			}()
 		}
 		dw.Wait()
 		wall := time.Since(start)
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 		stopProfile() // the dials only, not the closes below
+		stopTrace()
 		stopPerf()
 		if cpu0 != nil {
 			if cpu1 := readCPUStat(); cpu1 != nil {
 				t.Logf("guest CPU during the round (jiffies, all CPUs): %s", cpuDelta(cpu0, cpu1))
 			}
 		}
+		usr := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime))
+		sys := time.Duration(syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+		t.Logf("SETUPCPU process CPU during the round: user %v system %v, per connection %.0f us (both ends), context switches %d voluntary %d involuntary, threads %d -> %d",
+			usr, sys, float64((usr+sys).Microseconds())/float64(conN), ru1.Nvcsw-ru0.Nvcsw, ru1.Nivcsw-ru0.Nivcsw, threads0, osThreads())
 		setupTrace.Store(nil)
 		m.walls = append(m.walls, wall)
 		count(m, st0)
@@ -332,6 +368,20 @@ func TestSetupProfile(t *testing.T) {
 	}
 }
 
+// osThreads is the process's thread count (/proc/self/status), or -1.
+func osThreads() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	_, rest, _ := strings.Cut(string(b), "\nThreads:")
+	n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // readCPUStat returns /proc/stat's aggregate cpu line (user nice system idle
 // iowait irq softirq ...), or nil.
 func readCPUStat() []int64 {
@@ -373,6 +423,9 @@ func startPerf(t *testing.T, name string) (stop func()) {
 	}
 	out := fmt.Sprintf("%s/%s.data", dir, name)
 	cmd := exec.Command("perf", "record", "-q", "-a", "-g", "-e", "cpu-clock", "-F", "2000", "-o", out)
+	if ev := os.Getenv("RDMA_SETUP_PERF_EVENTS"); ev != "" { // e.g. system-call tracepoints, each recorded
+		cmd = exec.Command("perf", "record", "-q", "-a", "-e", ev, "-o", out)
+	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Logf("perf: %v", err)
@@ -390,4 +443,30 @@ func startPerf(t *testing.T, name string) (stop func()) {
 		cmd.Process.Signal(syscall.SIGINT)
 		cmd.Wait()
 	}
+}
+
+// setupServer is scripts/setupbench's server process (RDMA_SETUP_LISTEN=
+// host:port): an echo listener with the default Config, as TestSetupProfile's
+// own, until its standard input closes or it is killed. It prints
+// "LISTENING host:port" once it accepts.
+func setupServer(addr string) {
+	var lc ListenConfig
+	if os.Getenv("RDMA_SETUP_SERVER_POLLEVENT") != "" { // its readers never spin
+		lc.Config.PollMode = PollEvent
+	}
+	ln, err := lc.Listen(context.Background(), "rdma", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "setup server:", err)
+		os.Exit(1)
+	}
+	wg := echoServer(ln)
+	steps := newStepStats()
+	steps.install()
+	fmt.Println("LISTENING", ln.Addr())
+	io.Copy(io.Discard, os.Stdin)
+	fmt.Println(steps.report("setup server, every accept"))
+	fmt.Println("setup server: threads", osThreads())
+	ln.Close()
+	wg.Wait()
+	os.Exit(0)
 }
