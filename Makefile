@@ -26,7 +26,7 @@ FUZZTIME ?= 500000x
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
-.PHONY: setup build-deps test demo bench bench-2host vet unit fuzz rdma-tests faults soak clean
+.PHONY: setup build-deps test demo bench setupbench bench-2host vet unit fuzz rdma-tests faults soak clean
 
 # Everything: packages (qemu, rdma-core, perftest, ...), Debian's kernel, the initramfs.
 setup:
@@ -158,6 +158,17 @@ bench: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
 	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
 	scripts/softroce run -- $(BUILD)/bin/rdmabench -json $(BENCH_JSON) $(BENCH_ARGS)
+
+# Connection set-up against rdma-core's cmtime on the same device
+# (scripts/setupbench: paired rounds of SETUP_CONNS concurrent dials, the
+# listener in the dialers' process and in its own; then unpaired rounds and
+# sequential dials). SETUP_ARGS: environment for it, e.g. PAIRS=9 ROUNDS=3.
+SETUP_CONNS ?= 20
+SETUP_LOG ?= benchmarks/results/setupbench-paired-$(SETUP_CONNS).log
+setupbench: setup
+	@mkdir -p $(BUILD) $(dir $(SETUP_LOG))
+	$(GO) test -c -o $(BUILD)/setup.test .
+	@set -o pipefail; env $(SETUP_ARGS) scripts/softroce run -- scripts/setupbench $(SETUP_CONNS) $(BUILD)/setup.test | tee $(SETUP_LOG)
 
 # The benchmark across two hosts (benchmarks/README.md, "Two hosts"): two
 # Soft-RoCE guests of 1 vCPU each joined by a wire (scripts/softroce pair);
