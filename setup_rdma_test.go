@@ -112,6 +112,14 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 // at least that long after earlier connections closed (steady churn),
 // with a pool large enough for both ends of every measured connection
 // (this process is both dialer and listener).
+//
+// With RDMA_SETUP_SERVER=host:port it dials a listener in another process
+// instead (this binary run with RDMA_SETUP_LISTEN=host:port: setupServer).
+// Tools over each measured round: RDMA_SETUP_CPUPROFILE=dir (a Go CPU
+// profile), RDMA_SETUP_TRACE=dir (a runtime trace: go tool trace
+// -pprof=sched / -pprof=syscall), RDMA_SETUP_PERF=dir (perf record of the
+// whole guest; RDMA_SETUP_PERF_EVENTS=ev,... records those events, e.g.
+// syscalls:sys_enter_write, instead of CPU samples).
 func TestSetupProfile(t *testing.T) {
 	seqN, conN := envInt("RDMA_SETUP_SEQ", 10), envInt("RDMA_SETUP_CONNS", 10)
 	if os.Getenv("RDMA_SETUP_SEQ") == "0" { // concurrent rounds only (scripts/setupbench's pairs)
