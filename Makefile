@@ -162,13 +162,15 @@ bench: setup
 # Connection set-up against rdma-core's cmtime on the same device
 # (scripts/setupbench: paired rounds of SETUP_CONNS concurrent dials, the
 # listener in the dialers' process and in its own; then unpaired rounds and
-# sequential dials). SETUP_ARGS: environment for it, e.g. PAIRS=9 ROUNDS=3.
+# sequential dials). SETUP_ARGS: environment for it, e.g. PAIRS=9 ROUNDS=3;
+# TIMELINE=1 adds each connection's steps in the kernel's clock (needs perf).
 SETUP_CONNS ?= 20
 SETUP_LOG ?= benchmarks/results/setupbench-paired-$(SETUP_CONNS).log
 setupbench: setup
 	@mkdir -p $(BUILD) $(dir $(SETUP_LOG))
 	$(GO) test -c -o $(BUILD)/setup.test .
-	@set -o pipefail; env $(SETUP_ARGS) scripts/softroce run -- scripts/setupbench $(SETUP_CONNS) $(BUILD)/setup.test | tee $(SETUP_LOG)
+	$(GO) build -o $(BUILD)/cmtimeline ./benchmarks/cmd/cmtimeline
+	@set -o pipefail; env CMTIMELINE=$(BUILD)/cmtimeline $(SETUP_ARGS) scripts/softroce run -- scripts/setupbench $(SETUP_CONNS) $(BUILD)/setup.test | tee $(SETUP_LOG)
 
 # The benchmark across two hosts (benchmarks/README.md, "Two hosts"): two
 # Soft-RoCE guests of 1 vCPU each joined by a wire (scripts/softroce pair);

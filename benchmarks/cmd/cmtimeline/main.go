@@ -1,0 +1,114 @@
+// Command cmtimeline reads `perf script` output of rdma_cm's kernel
+// tracepoints (perf record -e 'rdma_cma:*' over a burst of connections,
+// from this library or from rdma-core's cmtime) and prints, per step of a
+// connection's set-up, the median, mean and maximum time across
+// connections, in the kernel's own clock:
+//
+//	ADDR_RESOLVED -> ROUTE_RESOLVED      the kernel resolving the route
+//	ROUTE_RESOLVED -> cm_send_req        the dialer: event to rdma_connect
+//	cm_send_req -> CONNECT_REQUEST       the REQ through rxe and ib_cm
+//	CONNECT_REQUEST -> cm_send_rep       the listener: event to rdma_accept
+//	cm_send_rep -> CONNECT_RESPONSE      the REP through rxe and ib_cm
+//	CONNECT_RESPONSE -> cm_send_rtu      the dialer: event to rdma_establish
+//	cm_send_rtu -> ESTABLISHED           the RTU through rxe and ib_cm
+//
+// so that what the kernel's CM path takes and what the processes at either
+// end take can be told apart. A connection is keyed by the dialer's port.
+// Usage: perf script -F comm,pid,tid,time,event,trace -i perf.data | cmtimeline
+// (scripts/setupbench runs it with TIMELINE=1).
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var (
+	lineRE = regexp.MustCompile(`\s([0-9]+\.[0-9]+):\s+rdma_cma:(\w+): (.*)`)
+	addrRE = regexp.MustCompile(`src=[0-9a-fA-F.:\[\]]*:([0-9]+) dst=[0-9a-fA-F.:\[\]]*:([0-9]+)`)
+)
+
+// steps in a connection's order; the first of each pair starts the step.
+var steps = []string{"ADDR_RESOLVED", "ROUTE_RESOLVED", "cm_send_req", "CONNECT_REQUEST", "cm_send_rep", "CONNECT_RESPONSE", "cm_send_rtu", "ESTABLISHED"}
+
+// dialerSide names the marks whose src is the dialer (the others have it as dst).
+var dialerSide = map[string]bool{"ADDR_RESOLVED": true, "ROUTE_RESOLVED": true, "cm_send_req": true, "CONNECT_RESPONSE": true, "cm_send_rtu": true}
+
+func main() {
+	conns := map[string]map[string]float64{} // dialer port -> mark -> us
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		m := lineRE.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		t, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			continue
+		}
+		mark, rest := m[2], m[3]
+		if mark == "cm_event_handler" { // "... tos=0 ROUTE_RESOLVED (2/0)"
+			f := strings.Fields(rest[strings.Index(rest, "tos="):])
+			if len(f) < 2 {
+				continue
+			}
+			mark = f[1]
+		}
+		if !slices.Contains(steps, mark) {
+			continue
+		}
+		a := addrRE.FindStringSubmatch(rest)
+		if a == nil {
+			continue
+		}
+		key := a[2]
+		if dialerSide[mark] {
+			key = a[1]
+		}
+		c := conns[key]
+		if c == nil {
+			c = map[string]float64{}
+			conns[key] = c
+		}
+		if _, seen := c[mark]; !seen {
+			c[mark] = t * 1e6
+		}
+	}
+	var full []map[string]float64
+	for _, c := range conns {
+		if len(c) == len(steps) {
+			full = append(full, c)
+		}
+	}
+	if len(full) == 0 {
+		fmt.Println("cmtimeline: no connection with every step in the input")
+		os.Exit(1)
+	}
+	first, last := full[0]["ADDR_RESOLVED"], full[0]["ESTABLISHED"]
+	for _, c := range full {
+		first, last = min(first, c["ADDR_RESOLVED"]), max(last, c["ESTABLISHED"])
+	}
+	fmt.Printf("%d connections, first address resolved to last established %.0f us\n", len(full), last-first)
+	for i := 0; i+1 < len(steps); i++ {
+		var d []float64
+		for _, c := range full {
+			d = append(d, c[steps[i+1]]-c[steps[i]])
+		}
+		slices.Sort(d)
+		sum := 0.0
+		for _, x := range d {
+			sum += x
+		}
+		med := d[len(d)/2]
+		if len(d)%2 == 0 {
+			med = (d[len(d)/2-1] + d[len(d)/2]) / 2
+		}
+		fmt.Printf("  %-17s -> %-17s median %8.0f  mean %8.0f  max %8.0f us\n", steps[i], steps[i+1], med, sum/float64(len(d)), d[len(d)-1])
+	}
+}
