@@ -21,6 +21,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -40,8 +41,16 @@ var steps = []string{"ADDR_RESOLVED", "ROUTE_RESOLVED", "cm_send_req", "CONNECT_
 var dialerSide = map[string]bool{"ADDR_RESOLVED": true, "ROUTE_RESOLVED": true, "cm_send_req": true, "CONNECT_RESPONSE": true, "cm_send_rtu": true}
 
 func main() {
+	if err := report(os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "cmtimeline:", err)
+		os.Exit(1)
+	}
+}
+
+// report reads perf script lines from r and writes the per-step table to w.
+func report(r io.Reader, w io.Writer) error {
 	conns := map[string]map[string]float64{} // dialer port -> mark -> us
-	sc := bufio.NewScanner(os.Stdin)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		m := lineRE.FindStringSubmatch(sc.Text())
@@ -80,6 +89,9 @@ func main() {
 			c[mark] = t * 1e6
 		}
 	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
 	var full []map[string]float64
 	for _, c := range conns {
 		if len(c) == len(steps) {
@@ -87,14 +99,13 @@ func main() {
 		}
 	}
 	if len(full) == 0 {
-		fmt.Println("cmtimeline: no connection with every step in the input")
-		os.Exit(1)
+		return fmt.Errorf("no connection with every step (%s) in the input", strings.Join(steps, ", "))
 	}
 	first, last := full[0]["ADDR_RESOLVED"], full[0]["ESTABLISHED"]
 	for _, c := range full {
 		first, last = min(first, c["ADDR_RESOLVED"]), max(last, c["ESTABLISHED"])
 	}
-	fmt.Printf("%d connections, first address resolved to last established %.0f us\n", len(full), last-first)
+	fmt.Fprintf(w, "%d connections, first address resolved to last established %.0f us\n", len(full), last-first)
 	for i := 0; i+1 < len(steps); i++ {
 		var d []float64
 		for _, c := range full {
@@ -109,6 +120,7 @@ func main() {
 		if len(d)%2 == 0 {
 			med = (d[len(d)/2-1] + d[len(d)/2]) / 2
 		}
-		fmt.Printf("  %-17s -> %-17s median %8.0f  mean %8.0f  max %8.0f us\n", steps[i], steps[i+1], med, sum/float64(len(d)), d[len(d)-1])
+		fmt.Fprintf(w, "  %-17s -> %-17s median %8.0f  mean %8.0f  max %8.0f us\n", steps[i], steps[i+1], med, sum/float64(len(d)), d[len(d)-1])
 	}
+	return nil
 }

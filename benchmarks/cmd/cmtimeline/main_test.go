@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// Two connections (dialer ports 1001 and 1002 to the listener's 7000), in
+// the formats perf script prints for rdma_cma's tracepoints; noise lines
+// and an incomplete third connection are ignored.
+const sample = `
+ kworker/u4:1  25/25  1.000000: rdma_cma:cm_event_handler: cm.id=1 src=10.0.0.1:1001 dst=10.0.0.1:7000 tos=0 ADDR_RESOLVED (0/0)
+ kworker/u4:1  25/25  1.000010: rdma_cma:cm_event_handler: cm.id=2 src=10.0.0.1:1002 dst=10.0.0.1:7000 tos=0 ADDR_RESOLVED (0/0)
+ kworker/u4:1  25/25  1.000100: rdma_cma:cm_event_handler: cm.id=1 src=10.0.0.1:1001 dst=10.0.0.1:7000 tos=0 ROUTE_RESOLVED (2/0)
+ kworker/u4:1  25/25  1.000300: rdma_cma:cm_event_handler: cm.id=2 src=10.0.0.1:1002 dst=10.0.0.1:7000 tos=0 ROUTE_RESOLVED (2/0)
+ kworker/u4:1  25/25  1.000300: rdma_cma:cm_event_done: cm.id=2 src=10.0.0.1:1002 dst=10.0.0.1:7000 tos=0 ROUTE_RESOLVED consumer returns 0
+ prog  9/9  1.000200: rdma_cma:cm_send_req: cm.id=1 src=10.0.0.1:1001 dst=10.0.0.1:7000 tos=0 qp_num=17
+ prog  9/9  1.000500: rdma_cma:cm_send_req: cm.id=2 src=10.0.0.1:1002 dst=10.0.0.1:7000 tos=0 qp_num=18
+ kworker/0:2  54/54  1.000300: rdma_cma:cm_req_handler: cm.id=0 src=10.0.0.1:7000 dst=0.0.0.0:0 tos=0 REQ_RECEIVED (1)
+ kworker/0:2  54/54  1.000400: rdma_cma:cm_event_handler: cm.id=3 src=10.0.0.1:7000 dst=10.0.0.1:1001 tos=0 CONNECT_REQUEST (4/0)
+ kworker/0:2  54/54  1.000600: rdma_cma:cm_event_handler: cm.id=4 src=10.0.0.1:7000 dst=10.0.0.1:1002 tos=0 CONNECT_REQUEST (4/0)
+ srv  8/8  1.001400: rdma_cma:cm_send_rep: cm.id=3 src=10.0.0.1:7000 dst=10.0.0.1:1001 tos=0 qp_num=19
+ srv  8/8  1.003600: rdma_cma:cm_send_rep: cm.id=4 src=10.0.0.1:7000 dst=10.0.0.1:1002 tos=0 qp_num=20
+ kworker/1:0  22/22  1.001500: rdma_cma:cm_event_handler: cm.id=1 src=10.0.0.1:1001 dst=10.0.0.1:7000 tos=0 CONNECT_RESPONSE (5/0)
+ kworker/1:0  22/22  1.003700: rdma_cma:cm_event_handler: cm.id=2 src=10.0.0.1:1002 dst=10.0.0.1:7000 tos=0 CONNECT_RESPONSE (5/0)
+ prog  9/9  1.001600: rdma_cma:cm_send_rtu: cm.id=1 src=10.0.0.1:1001 dst=10.0.0.1:7000 tos=0
+ prog  9/9  1.003800: rdma_cma:cm_send_rtu: cm.id=2 src=10.0.0.1:1002 dst=10.0.0.1:7000 tos=0
+ kworker/0:2  54/54  1.001700: rdma_cma:cm_event_handler: cm.id=3 src=10.0.0.1:7000 dst=10.0.0.1:1001 tos=0 ESTABLISHED (9/0)
+ kworker/0:2  54/54  1.003900: rdma_cma:cm_event_handler: cm.id=4 src=10.0.0.1:7000 dst=10.0.0.1:1002 tos=0 ESTABLISHED (9/0)
+ kworker/u4:1  25/25  1.000020: rdma_cma:cm_event_handler: cm.id=5 src=10.0.0.1:1003 dst=10.0.0.1:7000 tos=0 ADDR_RESOLVED (0/0)
+ not a trace line
+`
+
+func TestReport(t *testing.T) {
+	var out strings.Builder
+	if err := report(strings.NewReader(sample), &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"2 connections, first address resolved to last established 3900 us",
+		// the listener's step: 1000 us for port 1001, 3000 for 1002
+		"CONNECT_REQUEST   -> cm_send_rep       median     2000  mean     2000  max     3000 us",
+		"ROUTE_RESOLVED    -> cm_send_req       median      150  mean      150  max      200 us",
+		"cm_send_rtu       -> ESTABLISHED       median      100  mean      100  max      100 us",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+}
+
+func TestReportEmpty(t *testing.T) {
+	var out strings.Builder
+	if err := report(strings.NewReader("nothing here\n"), &out); err == nil {
+		t.Fatalf("no error for an input without connections; output:\n%s", out.String())
+	}
+}
