@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
@@ -285,6 +288,7 @@ func TestSetupProfile(t *testing.T) {
 			stopProfile = pprof.StopCPUProfile
 		}
 		stopPerf := startPerf(t, fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)))
+		stopEvents := recordEvents(t, fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)))
 		stopTrace := func() {}
 		if dir := os.Getenv("RDMA_SETUP_TRACE"); dir != "" { // the Go scheduler's view of each measured round
 			f, err := os.Create(fmt.Sprintf("%s/setup-pool%v-%d.trace", dir, m.pool, len(m.walls)))
@@ -316,6 +320,7 @@ func TestSetupProfile(t *testing.T) {
 		stopProfile() // the dials only, not the closes below
 		stopTrace()
 		stopPerf()
+		stopEvents()
 		if cpu0 != nil {
 			if cpu1 := readCPUStat(); cpu1 != nil {
 				t.Logf("guest CPU during the round (jiffies, all CPUs): %s", cpuDelta(cpu0, cpu1))
@@ -432,7 +437,8 @@ func startPerf(t *testing.T, name string) (stop func()) {
 	out := fmt.Sprintf("%s/%s.data", dir, name)
 	cmd := exec.Command("perf", "record", "-q", "-a", "-g", "-e", "cpu-clock", "-F", "2000", "-o", out)
 	if ev := os.Getenv("RDMA_SETUP_PERF_EVENTS"); ev != "" { // e.g. system-call tracepoints, each recorded
-		cmd = exec.Command("perf", "record", "-q", "-a", "-e", ev, "-o", out)
+		// In CLOCK_MONOTONIC, the clock RDMA_SETUP_EVENTS records reads in.
+		cmd = exec.Command("perf", "record", "-q", "-a", "-k", "CLOCK_MONOTONIC", "-e", ev, "-o", out)
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -477,4 +483,44 @@ func setupServer(addr string) {
 	ln.Close()
 	wg.Wait()
 	os.Exit(0)
+}
+
+// recordEvents, with RDMA_SETUP_EVENTS=dir, writes every CM event this
+// process reads during a round to DIR/NAME.events, one line each: the
+// CLOCK_MONOTONIC time (ns) of its read off the kernel's channel, its type,
+// and the id's local and peer ports. Recorded with perf's clock set to the
+// same (perf record -k CLOCK_MONOTONIC over rdma_cma's tracepoints), it
+// tells how long each event waited in the kernel's channel before the
+// process read it.
+func recordEvents(t *testing.T, name string) (stop func()) {
+	dir := os.Getenv("RDMA_SETUP_EVENTS")
+	if dir == "" {
+		return func() {}
+	}
+	var mu sync.Mutex
+	var lines []string
+	seen := map[string]bool{}
+	f := func(ev rdmacm.Event) {
+		var ts unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+			return
+		}
+		read := ts.Nano() - int64(time.Since(ev.Read))
+		key := fmt.Sprintf("%s %d %d", ev.Type, ev.ID.LocalAddr().Port(), ev.ID.PeerAddr().Port())
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[key] { // a connect request is traced twice (to the listener's loop, through it)
+			seen[key] = true
+			lines = append(lines, fmt.Sprintf("%d %s", read, key))
+		}
+	}
+	eventTrace.Store(&f)
+	return func() {
+		eventTrace.Store(nil)
+		mu.Lock()
+		defer mu.Unlock()
+		if err := os.WriteFile(fmt.Sprintf("%s/%s.events", dir, name), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Errorf("events: %v", err)
+		}
+	}
 }

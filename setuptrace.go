@@ -48,4 +48,12 @@ func traceDelivery(ev rdmacm.Event, via string) {
 	if f := setupTrace.Load(); f != nil && !ev.Read.IsZero() {
 		(*f)("event", "delivery "+ev.Type.String()+via, time.Since(ev.Read))
 	}
+	if f := eventTrace.Load(); f != nil && !ev.Read.IsZero() {
+		(*f)(ev)
+	}
 }
+
+// eventTrace, when set (by the set-up measurements), receives every CM event
+// traceDelivery sees, to be matched with the kernel's record of when it was
+// queued (TestSetupProfile's RDMA_SETUP_EVENTS).
+var eventTrace atomic.Pointer[func(ev rdmacm.Event)]
