@@ -15,11 +15,16 @@
 // so that what the kernel's CM path takes and what the processes at either
 // end take can be told apart. A connection is keyed by the dialer's port.
 // Usage: perf script -F comm,pid,tid,time,event,trace -i perf.data | cmtimeline
-// (scripts/setupbench runs it with TIMELINE=1).
+// (scripts/setupbench runs it with TIMELINE=1). With -events FILE (the reads
+// TestSetupProfile records with RDMA_SETUP_EVENTS, perf recording in
+// CLOCK_MONOTONIC as the test's RDMA_SETUP_PERF_EVENTS does) it also reports
+// how long each kind of event waited in its channel before the process
+// read it.
 package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,15 +46,44 @@ var steps = []string{"ADDR_RESOLVED", "ROUTE_RESOLVED", "cm_send_req", "CONNECT_
 var dialerSide = map[string]bool{"ADDR_RESOLVED": true, "ROUTE_RESOLVED": true, "cm_send_req": true, "CONNECT_RESPONSE": true, "cm_send_rtu": true}
 
 func main() {
-	if err := report(os.Stdin, os.Stdout); err != nil {
+	eventsFile := flag.String("events", "", "a file of `RDMA_SETUP_EVENTS` reads of the same round (perf recorded with -k CLOCK_MONOTONIC): also report each event's wait in its channel")
+	flag.Parse()
+	var events io.Reader
+	if *eventsFile != "" {
+		f, err := os.Open(*eventsFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cmtimeline:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		events = f
+	}
+	if err := report(os.Stdin, os.Stdout, events); err != nil {
 		fmt.Fprintln(os.Stderr, "cmtimeline:", err)
 		os.Exit(1)
 	}
 }
 
-// report reads perf script lines from r and writes the per-step table to w.
-func report(r io.Reader, w io.Writer) error {
+// summary is "median %8.0f  mean %8.0f  max %8.0f us" of d (sorted here).
+func summary(d []float64) string {
+	slices.Sort(d)
+	sum := 0.0
+	for _, x := range d {
+		sum += x
+	}
+	med := d[len(d)/2]
+	if len(d)%2 == 0 {
+		med = (d[len(d)/2-1] + d[len(d)/2]) / 2
+	}
+	return fmt.Sprintf("median %8.0f  mean %8.0f  max %8.0f us", med, sum/float64(len(d)), d[len(d)-1])
+}
+
+// report reads perf script lines from r and writes the per-step table to w;
+// with events (a file of TestSetupProfile's RDMA_SETUP_EVENTS), also how
+// long each kind of event waited in its channel.
+func report(r io.Reader, w io.Writer, events io.Reader) error {
 	conns := map[string]map[string]float64{} // dialer port -> mark -> us
+	queued := map[string]float64{}           // "TYPE src dst" -> us the kernel queued the event
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -62,18 +96,26 @@ func report(r io.Reader, w io.Writer) error {
 			continue
 		}
 		mark, rest := m[2], m[3]
-		if mark == "cm_event_handler" { // "... tos=0 ROUTE_RESOLVED (2/0)"
-			f := strings.Fields(rest[strings.Index(rest, "tos="):])
+		event := mark == "cm_event_handler"
+		if event { // "... tos=0 ROUTE_RESOLVED (2/0)"
+			i := strings.Index(rest, "tos=")
+			if i < 0 {
+				continue
+			}
+			f := strings.Fields(rest[i:])
 			if len(f) < 2 {
 				continue
 			}
 			mark = f[1]
 		}
-		if !slices.Contains(steps, mark) {
-			continue
-		}
 		a := addrRE.FindStringSubmatch(rest)
 		if a == nil {
+			continue
+		}
+		if k := "RDMA_CM_EVENT_" + mark + " " + a[1] + " " + a[2]; event && queued[k] == 0 {
+			queued[k] = t * 1e6
+		}
+		if !slices.Contains(steps, mark) {
 			continue
 		}
 		key := a[2]
@@ -111,16 +153,43 @@ func report(r io.Reader, w io.Writer) error {
 		for _, c := range full {
 			d = append(d, c[steps[i+1]]-c[steps[i]])
 		}
-		slices.Sort(d)
-		sum := 0.0
-		for _, x := range d {
-			sum += x
+		fmt.Fprintf(w, "  %-17s -> %-17s %s\n", steps[i], steps[i+1], summary(d))
+	}
+	if events == nil {
+		return nil
+	}
+	// Each line: CLOCK_MONOTONIC ns of the read, type, local port, peer port.
+	waits := map[string][]float64{}
+	var types []string
+	es := bufio.NewScanner(events)
+	for es.Scan() {
+		f := strings.Fields(es.Text())
+		if len(f) != 4 {
+			continue
 		}
-		med := d[len(d)/2]
-		if len(d)%2 == 0 {
-			med = (d[len(d)/2-1] + d[len(d)/2]) / 2
+		read, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
 		}
-		fmt.Fprintf(w, "  %-17s -> %-17s median %8.0f  mean %8.0f  max %8.0f us\n", steps[i], steps[i+1], med, sum/float64(len(d)), d[len(d)-1])
+		q, ok := queued[f[1]+" "+f[2]+" "+f[3]]
+		if !ok {
+			continue
+		}
+		if waits[f[1]] == nil {
+			types = append(types, f[1])
+		}
+		waits[f[1]] = append(waits[f[1]], read/1e3-q)
+	}
+	if err := es.Err(); err != nil {
+		return err
+	}
+	if len(types) == 0 {
+		return fmt.Errorf("no event of the events file is in the trace (was perf run with -k CLOCK_MONOTONIC over the same round?)")
+	}
+	fmt.Fprintln(w, "wait in the event channel, from the kernel queueing an event to this process reading it:")
+	slices.Sort(types)
+	for _, typ := range types {
+		fmt.Fprintf(w, "  %-32s n=%3d %s\n", typ, len(waits[typ]), summary(waits[typ]))
 	}
 	return nil
 }

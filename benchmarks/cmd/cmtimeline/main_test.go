@@ -29,11 +29,12 @@ const sample = `
  kworker/0:2  54/54  1.003900: rdma_cma:cm_event_handler: cm.id=4 src=10.0.0.1:7000 dst=10.0.0.1:1002 tos=0 ESTABLISHED (9/0)
  kworker/u4:1  25/25  1.000020: rdma_cma:cm_event_handler: cm.id=5 src=10.0.0.1:1003 dst=10.0.0.1:7000 tos=0 ADDR_RESOLVED (0/0)
  not a trace line
+ x  1/1  1.000001: rdma_cma:cm_event_handler: without a type
 `
 
 func TestReport(t *testing.T) {
 	var out strings.Builder
-	if err := report(strings.NewReader(sample), &out); err != nil {
+	if err := report(strings.NewReader(sample), &out, nil); err != nil {
 		t.Fatal(err)
 	}
 	got := out.String()
@@ -52,7 +53,37 @@ func TestReport(t *testing.T) {
 
 func TestReportEmpty(t *testing.T) {
 	var out strings.Builder
-	if err := report(strings.NewReader("nothing here\n"), &out); err == nil {
+	if err := report(strings.NewReader("nothing here\n"), &out, nil); err == nil {
 		t.Fatalf("no error for an input without connections; output:\n%s", out.String())
+	}
+}
+
+// The events file's reads are joined with the kernel's queueing of the
+// same events: ROUTE_RESOLVED of port 1001 queued at 1.000100 s, read at
+// 1.000150 s; of 1002 queued at 1.000300 s, read at 1.000450 s.
+func TestReportEvents(t *testing.T) {
+	events := "1000150000 RDMA_CM_EVENT_ROUTE_RESOLVED 1001 7000\n" +
+		"1000450000 RDMA_CM_EVENT_ROUTE_RESOLVED 1002 7000\n" +
+		"1001450000 RDMA_CM_EVENT_CONNECT_REQUEST 7000 1001\n" +
+		"1009999999 RDMA_CM_EVENT_ESTABLISHED 7000 9999\n" // not in the trace
+	var out strings.Builder
+	if err := report(strings.NewReader(sample), &out, strings.NewReader(events)); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"RDMA_CM_EVENT_ROUTE_RESOLVED     n=  2 median      100  mean      100  max      150 us",
+		"RDMA_CM_EVENT_CONNECT_REQUEST    n=  1 median     1050  mean     1050  max     1050 us",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "RDMA_CM_EVENT_ESTABLISHED") {
+		t.Errorf("an event missing from the trace was reported:\n%s", got)
+	}
+	out.Reset()
+	if err := report(strings.NewReader(sample), &out, strings.NewReader("5 RDMA_CM_EVENT_X 1 2\n")); err == nil {
+		t.Error("no error when no event of the file is in the trace")
 	}
 }
