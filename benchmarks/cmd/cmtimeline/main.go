@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -91,10 +92,11 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 		if m == nil {
 			continue
 		}
-		t, err := strconv.ParseFloat(m[1], 64)
+		sec, err := strconv.ParseFloat(m[1], 64)
 		if err != nil {
 			continue
 		}
+		t := sec * 1e6 // us
 		mark, rest := m[2], m[3]
 		event := mark == "cm_event_handler"
 		if event { // "... tos=0 ROUTE_RESOLVED (2/0)"
@@ -112,8 +114,10 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 		if a == nil {
 			continue
 		}
-		if k := "RDMA_CM_EVENT_" + mark + " " + a[1] + " " + a[2]; event && queued[k] == 0 {
-			queued[k] = t * 1e6
+		if k := "RDMA_CM_EVENT_" + mark + " " + a[1] + " " + a[2]; event {
+			if _, seen := queued[k]; !seen {
+				queued[k] = t
+			}
 		}
 		if !slices.Contains(steps, mark) {
 			continue
@@ -128,7 +132,7 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 			conns[key] = c
 		}
 		if _, seen := c[mark]; !seen {
-			c[mark] = t * 1e6
+			c[mark] = t
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -160,7 +164,6 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 	}
 	// Each line: CLOCK_MONOTONIC ns of the read, type, local port, peer port.
 	waits := map[string][]float64{}
-	var types []string
 	es := bufio.NewScanner(events)
 	for es.Scan() {
 		f := strings.Fields(es.Text())
@@ -175,20 +178,16 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 		if !ok {
 			continue
 		}
-		if waits[f[1]] == nil {
-			types = append(types, f[1])
-		}
 		waits[f[1]] = append(waits[f[1]], read/1e3-q)
 	}
 	if err := es.Err(); err != nil {
 		return err
 	}
-	if len(types) == 0 {
+	if len(waits) == 0 {
 		return fmt.Errorf("no event of the events file is in the trace (was perf run with -k CLOCK_MONOTONIC over the same round?)")
 	}
 	fmt.Fprintln(w, "wait in the event channel, from the kernel queueing an event to this process reading it:")
-	slices.Sort(types)
-	for _, typ := range types {
+	for _, typ := range slices.Sorted(maps.Keys(waits)) {
 		fmt.Fprintf(w, "  %-32s n=%3d %s\n", typ, len(waits[typ]), summary(waits[typ]))
 	}
 	return nil
