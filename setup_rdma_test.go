@@ -129,7 +129,11 @@ func TestSetupProfile(t *testing.T) {
 		seqN = 0
 	}
 	rounds := envInt("RDMA_SETUP_ROUNDS", 1)
-	if os.Getenv("RDMA_SETUP_SERVER") == "" { // system-wide counts: a server process of its own holds objects
+	// The listener is in this process, or with RDMA_SETUP_SERVER=host:port
+	// in a process of its own (setupServer), as cmtime's server is.
+	addr := os.Getenv("RDMA_SETUP_SERVER")
+	remote := addr != ""
+	if !remote { // system-wide counts: a server process of its own holds objects
 		checkLeaksAtEnd(t)
 	}
 	// Measure what users run: without the tests' allocation-site tracking
@@ -138,10 +142,7 @@ func TestSetupProfile(t *testing.T) {
 	flushLingeringDevices()
 	trackAllocations = false
 	defer func() { trackAllocations = true }()
-	// The listener is in this process, or with RDMA_SETUP_SERVER=host:port
-	// in a process of its own (setupServer), as cmtime's server is.
-	addr := os.Getenv("RDMA_SETUP_SERVER")
-	if addr == "" {
+	if !remote {
 		ln := listenTest(t, nil)
 		wg := echoServer(ln)
 		defer wg.Wait()
@@ -159,7 +160,7 @@ func TestSetupProfile(t *testing.T) {
 	d := keep.dev
 	size := 2 * max(seqN, conN) // QPs the pool holds before a measured phase
 	primed := size              // pooled QPs a priming waits for: both ends' in this process, else the dialers'
-	if os.Getenv("RDMA_SETUP_SERVER") != "" {
+	if remote {
 		primed = size / 2
 	}
 	quiet := time.Duration(envInt("RDMA_SETUP_QUIET_MS", 3000)) * time.Millisecond
@@ -274,9 +275,10 @@ func TestSetupProfile(t *testing.T) {
 		conns := make([]*Conn, conN)
 		errs := make([]error, conN)
 		m.conSteps.install()
+		name := fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)) // of this round's files
 		stopProfile := func() {}
 		if dir := os.Getenv("RDMA_SETUP_CPUPROFILE"); dir != "" { // a CPU profile of each measured round
-			f, err := os.Create(fmt.Sprintf("%s/setup-pool%v-%d.prof", dir, m.pool, len(m.walls)))
+			f, err := os.Create(fmt.Sprintf("%s/%s.prof", dir, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,11 +289,11 @@ func TestSetupProfile(t *testing.T) {
 			defer f.Close()
 			stopProfile = pprof.StopCPUProfile
 		}
-		stopPerf := startPerf(t, fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)))
-		stopEvents := recordEvents(t, fmt.Sprintf("setup-pool%v-%d", m.pool, len(m.walls)))
+		stopPerf := startPerf(t, name)
+		stopEvents := recordEvents(t, name)
 		stopTrace := func() {}
 		if dir := os.Getenv("RDMA_SETUP_TRACE"); dir != "" { // the Go scheduler's view of each measured round
-			f, err := os.Create(fmt.Sprintf("%s/setup-pool%v-%d.trace", dir, m.pool, len(m.walls)))
+			f, err := os.Create(fmt.Sprintf("%s/%s.trace", dir, name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,7 +330,7 @@ func TestSetupProfile(t *testing.T) {
 		}
 		usr := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime))
 		sys := time.Duration(syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
-		t.Logf("SETUPCPU process CPU during the round: user %v system %v, per connection %.0f us (both ends), context switches %d voluntary %d involuntary, threads %d -> %d",
+		t.Logf("SETUPCPU process CPU during the round: user %v system %v, per connection %.0f us (this process's ends), context switches %d voluntary %d involuntary, threads %d -> %d",
 			usr, sys, float64((usr+sys).Microseconds())/float64(conN), ru1.Nvcsw-ru0.Nvcsw, ru1.Nivcsw-ru0.Nivcsw, threads0, osThreads())
 		setupTrace.Store(nil)
 		m.walls = append(m.walls, wall)
