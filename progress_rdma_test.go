@@ -117,3 +117,66 @@ func TestParkWakeStress(t *testing.T) {
 		})
 	}
 }
+
+// TestCompletionsWithoutCaller: a completion that arrives after every
+// caller stopped waiting is still handled, without a call into the
+// library. Here the sender's rendezvous ends that way: its Send returned
+// when the peer took the announcement, and the peer's done answer (which
+// revokes the window and gives the buffer back to the pool) comes after the
+// receiver's last Recv, which drove the shared CQ. The poller must not
+// sleep with the CQ unarmed and no look scheduled (found by make test: the
+// buffer stayed out, and another connection waiting for the pool would
+// have waited for ever).
+func TestCompletionsWithoutCaller(t *testing.T) {
+	waitNoDevice(t)
+	c, s, ln := connPair(t, &Config{RecvBuffers: 8, SendBuffers: 8, BufferSize: 4096})
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(30*time.Second))
+	defer cancel()
+	for round := 0; round < 20; round++ {
+		// Callers drive the CQ: small messages each way.
+		for i := 0; i < 5; i++ {
+			b, err := c.Alloc(64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Send(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.Recv(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Release()
+		}
+		b, err := c.Alloc(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b.Bytes(), round)
+		if err := c.Send(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkFill(t, m.Bytes(), round, 1<<20)
+		m.Release()
+		// Nobody calls into c or s now: the done answer and the window's
+		// invalidation must still be handled, and the buffer freed.
+		deadline := time.Now().Add(rdmatest.Scale(time.Second))
+		for b.Valid() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if b.Valid() {
+			c.mu.Lock()
+			out := c.rvOut
+			c.mu.Unlock()
+			t.Fatalf("round %d: the sender's 1 MiB buffer is still lent (%d rendezvous out) %v after the receiver released the message; "+
+				"nobody handled the completions that end it", round, out, rdmatest.Scale(time.Second))
+		}
+	}
+}

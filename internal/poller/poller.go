@@ -62,7 +62,9 @@ type Config struct {
 	// Idle is how long the CQ must go unpolled by callers before the
 	// poller goroutine takes over (arms the CQ and sleeps on its channel).
 	// 0 = 1 ms. While callers poll, the CQ stays unarmed: an armed CQ would
-	// wake the poller for completions the callers take themselves.
+	// wake the poller for completions the callers take themselves. The
+	// poller still looks every Idle, backing off to maxBackstop while its
+	// looks find nothing, so it takes over within that once they stop.
 	Idle time.Duration
 	// OnFail, if set, is called once (on a goroutine of its own) when a
 	// poller fails: polling or arming its CQ, or reading its completion
@@ -370,11 +372,10 @@ func (p *Poller) release(wcs []verbs.WC) {
 }
 
 // run is the poller goroutine: it polls what no caller is waiting for.
-// While callers poll the CQ it leaves it unarmed and looks again after
-// cfg.Idle (only if a channel consumer may depend on it; else when a
-// parking caller armed the CQ and a completion came); once callers made no
-// poll between two looks it takes over: it drains the CQ, arms it, polls
-// once more and sleeps on the channel.
+// While callers poll the CQ it leaves it unarmed and looks again after a
+// while (see lookAgain); once callers made no poll between two looks it
+// takes over: it drains the CQ, arms it, polls once more and sleeps on the
+// channel. So the CQ is never unarmed without a look scheduled.
 func (p *Poller) run(started chan<- struct{}) {
 	defer close(p.done)
 	if p.cpu >= 0 {
@@ -511,24 +512,26 @@ func (p *Poller) run(started chan<- struct{}) {
 	}
 }
 
-// lookAgain is when the poller, while callers drive the CQ, looks at it
-// again: after d if a channel consumer may depend on it (the callers may
-// all go quiet, leaving a completion for the consumer in the CQ); while a
-// caller is parked, after a backoff that doubles up to maxBackstop as long
-// as the looks find nothing (a backstop: a parked caller's completion
-// raises an event on the armed CQ, and this bounds the damage should a
-// wake-up ever be lost); else never.
+// lookAgain is when the poller, while callers drive the CQ (which stays
+// unarmed), looks at it again: after d if a channel consumer may depend on
+// it (the callers may all go quiet, leaving a completion for the consumer
+// in the CQ); else after a backoff that starts at d and doubles up to
+// maxBackstop as long as the looks find nothing. Never "not at all": a
+// completion nobody waits for may arrive after the last caller's wait
+// ended (a peer's rendezvous done answer, which gives a sent buffer back
+// to the pool; a keepalive probe's failure; a parked caller's, should a
+// wake-up ever be lost), and the CQ is unarmed. The first look that finds
+// the callers gone drains the CQ, arms it and sleeps on the channel.
 func (p *Poller) lookAgain(d time.Duration) time.Time {
 	if p.chanUsers.Load() > 0 {
 		return time.Now().Add(d)
 	}
-	if p.parked.Load() > 0 {
-		return time.Now().Add(p.backstop)
-	}
-	return time.Time{}
+	return time.Now().Add(max(p.backstop, d))
 }
 
-// maxBackstop bounds the interval of the parked callers' backstop look.
+// maxBackstop bounds the interval between the poller's looks while callers
+// drive the CQ: how long a completion nobody waits for can stay in it once
+// they stop (10 looks a second during a steady ping-pong).
 const maxBackstop = 100 * time.Millisecond
 
 // Close stops the pollers and destroys their CQs. Every QP on them must be
