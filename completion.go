@@ -35,6 +35,10 @@ func (c *Conn) handleCompletions(wcs []verbs.WC) {
 		}
 		c.sqRetireLocked(idx, wc) // send queue: idx is the request's position
 	}
+	if heard && c.firstHeard != nil {
+		close(c.firstHeard)
+		c.firstHeard = nil
+	}
 	if heard && c.kaTimer != nil {
 		c.lastHeard = time.Now() // once per batch, and only with keepalive on
 	}

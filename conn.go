@@ -78,6 +78,10 @@ type Conn struct {
 	recvReady    []verbs.RecvWR
 	recvDeferred atomic.Bool  // recvReady is not empty: a waiter posts it first
 	toRelease    []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
+	// firstHeard, on the passive side until the handshake ends, is closed
+	// by the first successful receive completion: the dialer is
+	// established even if its RTU was lost (awaitEstablished).
+	firstHeard chan struct{}
 }
 
 // newConn makes the connection object and its endpoint (the endpoint's

@@ -110,6 +110,41 @@ func expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what
 	return ev, eventError(ev, what)
 }
 
+// awaitEstablished waits for the dialer's RTU (EventEstablished) after an
+// accept. If the QP hears from the dialer first (heard closes: the dialer
+// sends a first message once established, see confirmEstablished), the RTU
+// was lost or is late: the CM is told so (rdma_notify, the verbs remedy
+// for a lost RTU, which applications call on the COMM_EST async event; the
+// first receive completion says the same and needs no async-event
+// plumbing) and raises EventEstablished at once.
+func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, heard <-chan struct{}) error {
+	const what = "waiting for the dialer to establish"
+	for {
+		select {
+		case ev, ok := <-ch.Events():
+			if !ok {
+				return errors.New("rdma_cm event channel closed")
+			}
+			traceDelivery(ev, "")
+			if ev.Type == rdmacm.EventEstablished {
+				return nil
+			}
+			return eventError(ev, what)
+		case <-heard:
+			heard = nil
+			// Usually the RTU came first and the CM is past this state:
+			// it refuses (EINVAL, EISCONN) and its event is on its way.
+			// Any failure leaves the CM's own retries, as before.
+			_ = id.NotifyEstablished()
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return os.ErrDeadlineExceeded
+			}
+			return ctx.Err()
+		}
+	}
+}
+
 func eventError(ev rdmacm.Event, what string) error {
 	errno := syscall.Errno(-ev.Status)
 	switch ev.Type {
@@ -229,8 +264,26 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	st.step("establish")
 	ep.established = true // its QP may go to the pool when it closes
 	c.start()
+	c.confirmEstablished()
 	st.step("start")
 	return c, nil
+}
+
+// confirmEstablished sends the listener a first message on the QP, an
+// empty control message (a keepalive probe the peer's completion handler
+// just reposts). The RTU that tells the listener's CM the dialer is
+// established is one unacknowledged datagram; if a lossy wire drops it
+// the CM resends its REP only after its response timeout (about 4 s),
+// close to HandshakeTimeout, and the accept fails while this side thinks
+// it is connected. This message is reliable (RC retransmits it), and its
+// arrival lets the listener establish at once (awaitEstablished). Peers
+// without the control-message reserve are left to the CM's retries.
+func (c *Conn) confirmEstablished() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.features&wire.FeatureControlReserve != 0 {
+		c.sendCtlLocked(wire.KindKeepalive)
+	}
 }
 
 // acceptConn runs the passive side for one connection request: validate the
@@ -283,6 +336,10 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		return nil, fail(err)
 	}
 	st.step("QP INIT+RTR+RTS")
+	heard := make(chan struct{})
+	c.mu.Lock()
+	c.firstHeard = heard // before a receive is posted: nothing can complete yet
+	c.mu.Unlock()
 	if err = ep.postInitialRecvs(); err != nil {
 		return nil, fail(err)
 	}
@@ -292,9 +349,12 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
-	if _, err = expect(ctx, ch, rdmacm.EventEstablished, "waiting for the dialer to establish"); err != nil {
+	if err = awaitEstablished(ctx, ch, child, heard); err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.firstHeard = nil
+	c.mu.Unlock()
 	st.step("accept -> established")
 	ep.established = true // its QP may go to the pool when it closes
 	c.start()

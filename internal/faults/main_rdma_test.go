@@ -114,6 +114,20 @@ var peerRoles = map[string]func(ctx context.Context, addr string) (any, error){
 			return got, nil
 		})
 	},
+	// reply waits for the listener's line and sends it back: the dialer
+	// says nothing first.
+	"reply": func(ctx context.Context, addr string) (any, error) {
+		return withConn(ctx, addr, func(c *rdma.Conn) (any, error) {
+			got, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				return nil, fmt.Errorf("reply: %w", err)
+			}
+			if _, err := io.WriteString(c, got); err != nil {
+				return nil, err
+			}
+			return got, nil
+		})
+	},
 }
 
 // withConn dials addr with the Config named by FAULTS_CONFIG, runs play
@@ -265,10 +279,25 @@ func accept(t *testing.T, ln *rdma.Listener, p *twoguest.Proc, d time.Duration) 
 		c, err := ln.AcceptRDMA()
 		ch <- res{c, err}
 	}()
+	returned := false
+	defer func() {
+		if !returned {
+			// t is failing: a connection accepted from now on would
+			// outlive it, and its QP would count in the next test's leak
+			// check (one failure failed the two tests after it).
+			t.Cleanup(func() {
+				ln.Close()
+				if r := <-ch; r.c != nil {
+					r.c.Close()
+				}
+			})
+		}
+	}()
 	deadline := time.After(d)
 	for {
 		select {
 		case r := <-ch:
+			returned = true // the accept goroutine is done
 			if r.err != nil {
 				t.Fatal(r.err)
 			}

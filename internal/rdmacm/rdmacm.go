@@ -92,6 +92,7 @@ static int rdma_listen_e(struct rdma_cm_id *id, int backlog) { return rdma_liste
 static int rdma_resolve_addr_e(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int ms) { return rdma_resolve_addr(id, src, dst, ms) ? -errno : 0; }
 static int rdma_resolve_route_e(struct rdma_cm_id *id, int ms) { return rdma_resolve_route(id, ms) ? -errno : 0; }
 static int rdma_establish_e(struct rdma_cm_id *id) { return rdma_establish(id) ? -errno : 0; }
+static int rdma_notify_comm_est_e(struct rdma_cm_id *id) { return rdma_notify(id, IBV_EVENT_COMM_EST) ? -errno : 0; }
 static int rdma_reject_e(struct rdma_cm_id *id, const void *priv, uint8_t len) { return rdma_reject(id, priv, len) ? -errno : 0; }
 static int rdma_disconnect_e(struct rdma_cm_id *id) { return rdma_disconnect(id) ? -errno : 0; }
 static int rdma_destroy_id_e(struct rdma_cm_id *id) { return rdma_destroy_id(id) ? -errno : 0; }
@@ -500,6 +501,16 @@ func (i *ID) Accept(p ConnParam) error { return i.connParam(true, p) }
 // Establish completes an active connection whose QP the caller moved to RTS.
 func (i *ID) Establish() error {
 	return i.do("rdma_establish", func(id *C.struct_rdma_cm_id) C.int { return C.rdma_establish_e(id) })
+}
+
+// NotifyEstablished tells the CM that the passive side's QP has received
+// from the dialer (rdma_notify with IBV_EVENT_COMM_EST): the dialer is
+// established although its RTU has not arrived. The RTU is one
+// unacknowledged CM datagram; if it is lost the CM resends the REP only
+// after its response timeout (seconds). The CM then raises
+// EventEstablished at once; an RTU arriving later is ignored.
+func (i *ID) NotifyEstablished() error {
+	return i.do("rdma_notify", func(id *C.struct_rdma_cm_id) C.int { return C.rdma_notify_comm_est_e(id) })
 }
 
 // Reject refuses a connection request, carrying privateData to the peer.
