@@ -448,15 +448,20 @@ func (p *Poller) run(started chan<- struct{}) {
 					break
 				}
 			}
-			if found > 0 || p.backstop == 0 {
-				p.backstop = idle
-			} else {
-				p.backstop = min(2*p.backstop, maxBackstop)
-			}
 			// Callers drive the CQ if they polled since the last look.
 			now := p.inlinePolls.Load()
 			driven := now != seen
 			seen = now
+			// While they do, each look is a thread switch taken from them
+			// (and what it finds, they would have found): look half as
+			// often each time. Measured in the guest with a 1 ms look
+			// whenever one found something: 0.7% of 64 B round trips had
+			// a poller poll, p99.9 up from 75-167 to 133-227 us.
+			if driven && p.backstop > 0 {
+				p.backstop = min(2*p.backstop, maxBackstop)
+			} else {
+				p.backstop = idle
+			}
 			if mode == Event || !driven {
 				// Nobody drives the CQ: arm it, poll once more (a
 				// completion before the arm raises no event), sleep.
