@@ -147,7 +147,9 @@ func TestMetrics(t *testing.T) {
 	if c.dev.windows {
 		sizes = append(sizes, 100000)
 	}
+	sendsDone := make(chan struct{})
 	go func() {
+		defer close(sendsDone)
 		for _, n := range sizes {
 			b, err := c.Alloc(n)
 			if err == nil {
@@ -167,6 +169,10 @@ func TestMetrics(t *testing.T) {
 		sent += b.Len()
 		b.Release()
 	}
+	// A message is counted as sent when its Send returns, which may be
+	// after the peer received it (found by make test: the sender's
+	// goroutine had posted the large one and not yet returned).
+	<-sendsDone
 
 	m2 := ReadMetrics()
 	d2 := deviceMetrics(m2, env.Device)
