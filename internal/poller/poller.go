@@ -63,8 +63,8 @@ type Config struct {
 	// poller goroutine takes over (arms the CQ and sleeps on its channel).
 	// 0 = 1 ms. While callers poll, the CQ stays unarmed: an armed CQ would
 	// wake the poller for completions the callers take themselves. The
-	// poller still looks every Idle, backing off to maxBackstop while its
-	// looks find nothing, so it takes over within that once they stop.
+	// poller still looks every 100 ms (every Idle for a channel
+	// consumer's sake), so it takes over within that once they stop.
 	Idle time.Duration
 	// OnFail, if set, is called once (on a goroutine of its own) when a
 	// poller fails: polling or arming its CQ, or reading its completion
@@ -452,11 +452,8 @@ func (p *Poller) run(started chan<- struct{}) {
 			now := p.inlinePolls.Load()
 			driven := now != seen
 			seen = now
-			// While they do, each look is a thread switch taken from them
-			// (and what it finds, they would have found): look half as
-			// often each time. Measured in the guest with a 1 ms look
-			// whenever one found something: 0.7% of 64 B round trips had
-			// a poller poll, p99.9 up from 75-167 to 133-227 us.
+			// While they do, what a look finds they would have found:
+			// the parked callers' backstop backs off all the same.
 			if driven && p.backstop > 0 {
 				p.backstop = min(2*p.backstop, maxBackstop)
 			} else {
@@ -520,23 +517,30 @@ func (p *Poller) run(started chan<- struct{}) {
 // lookAgain is when the poller, while callers drive the CQ (which stays
 // unarmed), looks at it again: after d if a channel consumer may depend on
 // it (the callers may all go quiet, leaving a completion for the consumer
-// in the CQ); else after a backoff that starts at d and doubles up to
-// maxBackstop as long as the looks find nothing. Never "not at all": a
+// in the CQ); while a caller is parked, after a backoff that starts at d
+// and doubles up to maxBackstop (a backstop: a parked caller's completion
+// raises an event on the armed CQ, and this bounds the damage should a
+// wake-up ever be lost); else after maxBackstop. Never "not at all": a
 // completion nobody waits for may arrive after the last caller's wait
 // ended (a peer's rendezvous done answer, which gives a sent buffer back
-// to the pool; a keepalive probe's failure; a parked caller's, should a
-// wake-up ever be lost), and the CQ is unarmed. The first look that finds
-// the callers gone drains the CQ, arms it and sleeps on the channel.
+// to the pool; a keepalive probe's failure), and the CQ is unarmed. Each
+// look drains the CQ; the first that finds the callers gone arms it and
+// sleeps on the channel. Not sooner: each look while callers spin is a
+// thread switch taken from them (looks from 1 ms up put 0.1% of a 64 B
+// ping-pong's round trips past 500 us in the guest).
 func (p *Poller) lookAgain(d time.Duration) time.Time {
-	if p.chanUsers.Load() > 0 {
+	switch {
+	case p.chanUsers.Load() > 0:
 		return time.Now().Add(d)
+	case p.parked.Load() > 0:
+		return time.Now().Add(max(p.backstop, d))
 	}
-	return time.Now().Add(max(p.backstop, d))
+	return time.Now().Add(maxBackstop)
 }
 
-// maxBackstop bounds the interval between the poller's looks while callers
-// drive the CQ: how long a completion nobody waits for can stay in it once
-// they stop (10 looks a second during a steady ping-pong).
+// maxBackstop is the interval between the poller's looks while callers
+// drive the CQ (the parked callers' backstop grows to it): how long a
+// completion nobody waits for can stay in the CQ once they stop.
 const maxBackstop = 100 * time.Millisecond
 
 // Close stops the pollers and destroys their CQs. Every QP on them must be
