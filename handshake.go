@@ -269,21 +269,36 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	return c, nil
 }
 
-// confirmEstablished sends the listener a first message on the QP, an
-// empty control message (a keepalive probe the peer's completion handler
-// just reposts). The RTU that tells the listener's CM the dialer is
-// established is one unacknowledged datagram; if a lossy wire drops it
-// the CM resends its REP only after its response timeout (about 4 s),
-// close to HandshakeTimeout, and the accept fails while this side thinks
-// it is connected. This message is reliable (RC retransmits it), and its
-// arrival lets the listener establish at once (awaitEstablished). Peers
-// without the control-message reserve are left to the CM's retries.
+// confirmAfter is how long a new connection's dialer may send nothing
+// before confirmEstablished sends its empty message: far below the CM's
+// REP retransmission (about 4 s) and HandshakeTimeout, and long enough
+// that most dialers' own first message goes out first (no cost to them).
+const confirmAfter = 50 * time.Millisecond
+
+// confirmEstablished makes sure the listener receives something on the QP
+// soon after the dialer established: if this side has posted no send
+// within confirmAfter, an empty control message (a keepalive probe, which
+// the peer's completion handler just reposts). The RTU that tells the
+// listener's CM the dialer is established is one unacknowledged datagram;
+// if a lossy wire drops it the CM resends its REP only after its response
+// timeout, close to HandshakeTimeout, and the accept fails while this side
+// thinks it is connected. A message on the QP is reliable (RC retransmits
+// it), and its arrival lets the listener establish at once
+// (awaitEstablished). Peers without the control-message reserve are left
+// to the CM's retries.
 func (c *Conn) confirmEstablished() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.features&wire.FeatureControlReserve != 0 {
-		c.sendCtlLocked(wire.KindKeepalive)
+	if c.features&wire.FeatureControlReserve == 0 {
+		return
 	}
+	sent := c.ep.qp.PostCounts().SendWRs // a pooled QP's counts run on
+	time.AfterFunc(confirmAfter, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed || c.qpDown || c.released || c.ep.qp.PostCounts().SendWRs != sent {
+			return // gone, or the listener has had (or will have) a message
+		}
+		c.sendCtlLocked(wire.KindKeepalive)
+	})
 }
 
 // acceptConn runs the passive side for one connection request: validate the

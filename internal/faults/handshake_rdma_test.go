@@ -36,7 +36,7 @@ func TestLostRTU(t *testing.T) {
 	// The dialer speaks first: its data is the first message.
 	serveEcho(t, env, ln)
 	// The listener speaks first: the dialer's first message is the one
-	// the library sends once established.
+	// the library sends when it has sent nothing 50 ms after establishing.
 	p := startPeer(t, env, "reply", "default", ln)
 	start := time.Now()
 	c := accept(t, ln, p, rdmatest.Scale(30*time.Second))
