@@ -111,9 +111,9 @@ func expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what
 }
 
 // awaitEstablished waits for the dialer's RTU (EventEstablished) after an
-// accept. If the QP hears from the dialer first (heard closes: the dialer
-// sends a first message once established, see confirmEstablished), the RTU
-// was lost or is late: the CM is told so (rdma_notify, the verbs remedy
+// accept. If the QP hears from the dialer first (heard closes: a dialer
+// with nothing of its own to send sends an empty message 50 ms after it
+// established, see confirmEstablished), the RTU was lost or is late: the CM is told so (rdma_notify, the verbs remedy
 // for a lost RTU, which applications call on the COMM_EST async event; the
 // first receive completion says the same and needs no async-event
 // plumbing) and raises EventEstablished at once.
