@@ -100,8 +100,53 @@ func Require(t testing.TB) *Env {
 		}
 		peerInfo.info = info
 	}
-	return &Env{Env: env, PeerAddr: peer, PeerDevice: peerInfo.info["RDMA_TEST_DEVICE"],
+	e := &Env{Env: env, PeerAddr: peer, PeerDevice: peerInfo.info["RDMA_TEST_DEVICE"],
 		PeerNetdev: peerInfo.info["RDMA_TEST_NETDEV"], Peer: c}
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.logWireState(t)
+		}
+	})
+	return e
+}
+
+// logWireState logs both hosts' view of the wire (link counters, qdiscs,
+// neighbours, the kernel's last messages) for a failed test: a make faults
+// run once saw the wire stop carrying one side's packets for about 100 s
+// while the control link answered, and the next failure should say where.
+func (e *Env) logWireState(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), ctlTimeout())
+	defer cancel()
+	for _, host := range []struct {
+		name, dev string
+		run       func(args ...string) (string, error)
+	}{
+		{"this host", e.Netdev, func(args ...string) (string, error) {
+			out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+			return string(out), err
+		}},
+		{"the peer", e.PeerNetdev, func(args ...string) (string, error) { return e.Peer.Run(ctx, args...) }},
+	} {
+		peerInfo.Lock()
+		off := peerInfo.offBy != ""
+		peerInfo.Unlock()
+		if host.dev == "" || off && host.name == "the peer" {
+			continue
+		}
+		for _, cmd := range [][]string{
+			{"ip", "-s", "link", "show", "dev", host.dev},
+			{"tc", "-s", "qdisc", "show", "dev", host.dev},
+			{"ip", "neigh", "show", "dev", host.dev},
+			{"dmesg"},
+		} {
+			out, err := host.run(cmd...)
+			if cmd[0] == "dmesg" {
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				out = strings.Join(lines[max(0, len(lines)-20):], "\n")
+			}
+			t.Logf("wire state, %s: %s (%v):\n%s", host.name, strings.Join(cmd, " "), err, out)
+		}
+	}
 }
 
 // PowerOff cuts the peer host's power (Client.PowerOff) and fails t if the
