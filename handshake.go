@@ -83,17 +83,26 @@ func newChannelID() (*rdmacm.Channel, *rdmacm.ID, error) {
 
 // waitEvent waits for the next CM event on ch, bounded by ctx.
 func waitEvent(ctx context.Context, ch *rdmacm.Channel) (rdmacm.Event, error) {
+	ev, _, err := waitEventOr(ctx, ch, nil)
+	return ev, err
+}
+
+// waitEventOr is waitEvent that also returns, with fired true and no
+// event, when or closes first.
+func waitEventOr(ctx context.Context, ch *rdmacm.Channel, or <-chan struct{}) (ev rdmacm.Event, fired bool, err error) {
 	select {
 	case ev, ok := <-ch.Events():
 		if !ok {
-			return rdmacm.Event{}, errors.New("rdma_cm event channel closed")
+			return rdmacm.Event{}, false, errors.New("rdma_cm event channel closed")
 		}
-		return ev, nil
+		return ev, false, nil
+	case <-or:
+		return rdmacm.Event{}, true, nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return rdmacm.Event{}, os.ErrDeadlineExceeded
+			return rdmacm.Event{}, false, os.ErrDeadlineExceeded
 		}
-		return rdmacm.Event{}, ctx.Err()
+		return rdmacm.Event{}, false, ctx.Err()
 	}
 }
 
@@ -103,45 +112,41 @@ func expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what
 	if err != nil {
 		return ev, err
 	}
+	return ev, checkEvent(ev, want, what)
+}
+
+// checkEvent is nil if ev is the event wanted, else a descriptive error.
+func checkEvent(ev rdmacm.Event, want rdmacm.EventType, what string) error {
 	traceDelivery(ev, "")
 	if ev.Type == want {
-		return ev, nil
+		return nil
 	}
-	return ev, eventError(ev, what)
+	return eventError(ev, what)
 }
 
 // awaitEstablished waits for the dialer's RTU (EventEstablished) after an
 // accept. If the QP hears from the dialer first (heard closes: a dialer
 // with nothing of its own to send sends an empty message 50 ms after it
-// established, see confirmEstablished), the RTU was lost or is late: the CM is told so (rdma_notify, the verbs remedy
-// for a lost RTU, which applications call on the COMM_EST async event; the
-// first receive completion says the same and needs no async-event
-// plumbing) and raises EventEstablished at once.
+// established, see confirmEstablished), the RTU was lost or is late: the
+// CM is told so (rdma_notify, the verbs remedy for a lost RTU, which
+// applications call on the COMM_EST async event; the first receive
+// completion says the same and needs no async-event plumbing) and raises
+// EventEstablished at once.
 func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, heard <-chan struct{}) error {
-	const what = "waiting for the dialer to establish"
 	for {
-		select {
-		case ev, ok := <-ch.Events():
-			if !ok {
-				return errors.New("rdma_cm event channel closed")
-			}
-			traceDelivery(ev, "")
-			if ev.Type == rdmacm.EventEstablished {
-				return nil
-			}
-			return eventError(ev, what)
-		case <-heard:
+		ev, fired, err := waitEventOr(ctx, ch, heard)
+		if err != nil {
+			return err
+		}
+		if fired {
 			heard = nil
 			// Usually the RTU came first and the CM is past this state:
 			// it refuses (EINVAL, EISCONN) and its event is on its way.
 			// Any failure leaves the CM's own retries, as before.
 			_ = id.NotifyEstablished()
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return os.ErrDeadlineExceeded
-			}
-			return ctx.Err()
+			continue
 		}
+		return checkEvent(ev, rdmacm.EventEstablished, "waiting for the dialer to establish")
 	}
 }
 
