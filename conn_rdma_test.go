@@ -103,17 +103,7 @@ func checkLeaksAtEnd(t testing.TB) {
 // waits for the teardowns: after a leak was reported, the next tests start
 // clean. The pool's complaint about the outstanding buffers is expected.
 func forceTeardownUnusedDevices(t testing.TB) {
-	devices.mu.Lock()
-	for _, d := range devices.m {
-		if d.refs == 0 {
-			if d.linger != nil {
-				d.linger.Stop()
-				d.linger = nil
-			}
-			d.teardownLocked()
-		}
-	}
-	devices.mu.Unlock()
+	teardownUnusedDevices(true)
 	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); tearingDown.Load() > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Error("forced device teardowns did not finish")

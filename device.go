@@ -175,13 +175,21 @@ func (d *device) lingerExpired(gen uint64) {
 
 // flushLingeringDevices tears down at once every device that only lingers
 // (no connection, no buffer out): for the tests' leak checks.
-func flushLingeringDevices() {
+func flushLingeringDevices() { teardownUnusedDevices(false) }
+
+// teardownUnusedDevices tears down at once every device no connection
+// uses: those that only linger, and with buffersOut also those whose pool
+// still has buffers out (their handles go stale: for the tests, once a
+// leak was reported).
+func teardownUnusedDevices(buffersOut bool) {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
 	for _, d := range devices.m {
-		if d.linger != nil && d.refs == 0 && d.pool.Stats().InUseBytes == 0 {
-			d.linger.Stop()
-			d.linger = nil
+		if d.refs == 0 && (buffersOut || d.linger != nil && d.pool.Stats().InUseBytes == 0) {
+			if d.linger != nil {
+				d.linger.Stop()
+				d.linger = nil
+			}
 			d.teardownLocked()
 		}
 	}
