@@ -131,21 +131,28 @@ func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
 	if mr == nil {
 		return errors.New("rendezvous: the buffer's memory registration is gone")
 	}
+	// The bind and the announcement go in one post list: one doorbell. The
+	// bind asks for no completion of its own: the announcement's, or a later
+	// one's, retires it (RC completes in order, and a failed bind still
+	// produces one). Where windows are bound only into an empty send queue
+	// (rxebind.go), the announcement asks for its completion, so the next
+	// large message finds the queue retired without a zero-length write
+	// posted to flush it.
 	var bind verbs.SendWR
-	c.sqPushLocked(&bind, wrBind, slot, true) // the bind is always signaled
-	rkey, err := c.ep.qp.PostBindMW(bind.WRID, mw, mr, b.Addr(), uint64(b.Len()), verbs.AccessRemoteRead)
-	if err != nil {
-		c.sqPopLocked(1)
-		c.failLocked(err)
-		return err
-	}
+	c.sqPushLocked(&bind, wrBind, slot, false)
+	rkey := mw.NextRKey()
 	off := slot * wire.RendezvousLen
 	wire.Rendezvous{ID: uint32(slot), Region: wire.Region{Addr: b.Addr(), Len: uint32(b.Len()), RKey: rkey}}.
 		AppendTo(c.ep.rvDesc.Full()[off:off])
-	if err := c.postLocked(verbs.SendWR{Addr: c.ep.rvDesc.Addr() + uint64(off),
-		Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm,
-		Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}, wrSendRv, slot, false); err != nil {
-		return err // the window stays bound until release deallocates it
+	ann := verbs.SendWR{Addr: c.ep.rvDesc.Addr() + uint64(off), Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(),
+		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}
+	c.sqPushLocked(&ann, wrSendRv, slot, c.dev.quietBind())
+	c.ctlWR[0] = ann
+	if err := c.postBindSendLocked(&verbs.BindWR{WRID: bind.WRID, Flags: bind.Flags, MW: mw, MR: mr,
+		Addr: b.Addr(), Len: uint64(b.Len()), Access: verbs.AccessRemoteRead, RKey: rkey}, c.ctlWR[:]); err != nil {
+		c.sqPopLocked(2)
+		c.failLocked(err)
+		return err // the window may be bound: it stays so until release deallocates it
 	}
 	c.rvSending[slot] = true
 	c.rvOut++

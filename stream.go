@@ -236,6 +236,21 @@ func (c *Conn) postSendsLocked(wrs []verbs.SendWR) error {
 	return err
 }
 
+// postBindSendLocked posts a window bind followed by wrs in one post list,
+// with the receives waiting in recvReady ahead of them in the same call.
+// Called with c.mu held.
+func (c *Conn) postBindSendLocked(bind *verbs.BindWR, wrs []verbs.SendWR) error {
+	var recvs []verbs.RecvWR
+	if n := len(c.recvReady); n > 0 && n <= verbs.MaxPostList {
+		recvs = c.takeReadyLocked()
+	}
+	posted, err := c.ep.qp.PostBindSend(recvs, bind, wrs)
+	if posted {
+		c.recvPosted += len(recvs)
+	}
+	return err
+}
+
 // flushCredits returns every pending credit now, below the threshold: a
 // receiver about to sleep must not sit on credits its peer may be waiting
 // for (the last one before a wait, as for signaled sends). If a credit

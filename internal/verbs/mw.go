@@ -3,42 +3,11 @@
 package verbs
 
 /*
-#include <string.h>
 #include <infiniband/verbs.h>
-
-// bind_mw posts a bind of [addr, addr+len) of mr to the type 2 window mw,
-// under a fresh key (the key byte of the window's rkey, incremented). It
-// returns the new rkey, or -errno (no out-parameter: a Go pointer argument
-// would make the caller allocate).
-static int64_t bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t wr_id,
-		uint64_t addr, uint64_t len, unsigned int access) {
-	struct ibv_send_wr wr, *bad = NULL;
-	memset(&wr, 0, sizeof(wr));
-	uint32_t rkey = ibv_inc_rkey(mw->rkey);
-	wr.wr_id = wr_id;
-	wr.opcode = IBV_WR_BIND_MW;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	wr.bind_mw.mw = mw;
-	wr.bind_mw.rkey = rkey;
-	wr.bind_mw.bind_info.mr = mr;
-	wr.bind_mw.bind_info.addr = addr;
-	wr.bind_mw.bind_info.length = len;
-	wr.bind_mw.bind_info.mw_access_flags = access;
-	int ret = ibv_post_send(qp, &wr, &bad);
-	if (ret) return -(int64_t)(ret > 0 ? ret : -ret);
-	// Providers name the window by its current rkey in the next bind
-	// (rxe passes it to the kernel, which checks it), as ibv_bind_mw does.
-	mw->rkey = rkey;
-	return rkey;
-}
 */
 import "C"
 
-import (
-	"fmt"
-	"sync"
-	"syscall"
-)
+import "sync"
 
 // MW is a type 2 memory window: remote access to a sub-range of an MR that
 // is granted through a QP's send queue (PostBindMW), is valid only on that
@@ -78,17 +47,39 @@ func (m *MW) Close() error {
 	return nil
 }
 
-// PostBindMW posts a signaled bind of [addr, addr+length) of mr (registered
-// with AccessMWBind) to mw with the given remote rights, and returns the
-// window's new rkey for the peer. The window must be free (new, or
-// invalidated): a bound type 2 window cannot be rebound. Work requests
-// posted after the bind on this QP see it done.
+// NextRKey is the key the window's next bind gives it: its current key with
+// the low byte (the key's consumer-owned "key" part) incremented, as
+// ibv_inc_rkey computes it. A bind names the key it assigns, and a caller
+// that announces the key in the same post list needs it before posting.
+func (m *MW) NextRKey() uint32 {
+	r := m.RKey()
+	return r&^0xff | (r+1)&0xff
+}
+
+// BindWR binds a type 2 memory window to [Addr, Addr+Len) of an MR (registered
+// with AccessMWBind) with the given remote rights, under the key RKey
+// (MW.NextRKey). The window must be free (new, or invalidated): a bound type
+// 2 window cannot be rebound. Work requests posted after the bind on this
+// QP see it done.
+type BindWR struct {
+	WRID   uint64
+	Flags  uint32 // SendSignaled
+	MW     *MW
+	MR     *MR
+	Addr   uint64
+	Len    uint64
+	Access AccessFlags
+	RKey   uint32
+}
+
+// PostBindMW posts a signaled bind of [addr, addr+length) of mr to mw with
+// the given remote rights on its own, and returns the window's new rkey for
+// the peer (see BindWR).
 func (q *QP) PostBindMW(wrid uint64, mw *MW, mr *MR, addr, length uint64, access AccessFlags) (uint32, error) {
-	q.posts.Add(1)
-	ret := C.bind_mw(q.qp, mw.mw, mr.mr, C.uint64_t(wrid), C.uint64_t(addr), C.uint64_t(length), C.uint(access))
-	if ret < 0 {
-		return 0, fmt.Errorf("ibv_post_send BIND_MW QP 0x%x: %w", q.Num, syscall.Errno(-ret))
+	rkey := mw.NextRKey()
+	if _, err := q.PostBindSend(nil, &BindWR{WRID: wrid, Flags: SendSignaled, MW: mw, MR: mr,
+		Addr: addr, Len: length, Access: access, RKey: rkey}, nil); err != nil {
+		return 0, err
 	}
-	q.wrsPosted.Add(1)
-	return uint32(ret), nil
+	return rkey, nil
 }

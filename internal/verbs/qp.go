@@ -17,36 +17,63 @@ typedef struct {
 	uint32_t len, lkey;
 } gorecvwr;
 
+// gobindwr is a memory-window bind posted ahead of a batch of sends
+// (layout = bindArgs in Go). rkey is the window's key after the bind.
+typedef struct {
+	struct ibv_mw *mw;
+	struct ibv_mr *mr;
+	uint64_t wr_id, addr, len;
+	uint32_t access, rkey, flags, pad;
+} gobindwr;
+
 #define POST_BATCH 64
 
-// post_send chains n work requests (one SGE each, none for zero length) and
-// posts them in one ibv_post_send. Returns 0, or -(errno + 256*bad) where bad
-// is the index of the first request not posted (no out-parameter: a Go
-// pointer argument would make the caller allocate).
-static int post_send(struct ibv_qp *qp, gosendwr *in, int n) {
-	struct ibv_send_wr wr[POST_BATCH], *badwr = NULL;
+// post_send chains an optional window bind b and n work requests (one SGE
+// each, none for zero length) and posts them in one ibv_post_send: one
+// doorbell. Returns 0, or -(errno + 256*bad) where bad is the index of the
+// first request not posted, the bind counting as request 0 (no
+// out-parameter: a Go pointer argument would make the caller allocate).
+static int post_send(struct ibv_qp *qp, gobindwr *b, gosendwr *in, int n) {
+	struct ibv_send_wr wr[POST_BATCH + 1], *badwr = NULL;
 	struct ibv_sge sge[POST_BATCH];
 	if (n > POST_BATCH) n = POST_BATCH;
-	memset(wr, 0, sizeof(wr[0]) * n);
+	int k = b ? 1 : 0;
+	memset(wr, 0, sizeof(wr[0]) * (n + k));
+	if (b) {
+		wr[0].wr_id = b->wr_id;
+		wr[0].opcode = IBV_WR_BIND_MW;
+		wr[0].send_flags = b->flags;
+		wr[0].bind_mw.mw = b->mw;
+		wr[0].bind_mw.rkey = b->rkey;
+		wr[0].bind_mw.bind_info.mr = b->mr;
+		wr[0].bind_mw.bind_info.addr = b->addr;
+		wr[0].bind_mw.bind_info.length = b->len;
+		wr[0].bind_mw.bind_info.mw_access_flags = b->access;
+		wr[0].next = n > 0 ? &wr[1] : NULL;
+	}
 	for (int i = 0; i < n; i++) {
+		struct ibv_send_wr *w = &wr[k + i];
 		sge[i].addr = in[i].addr;
 		sge[i].length = in[i].len;
 		sge[i].lkey = in[i].lkey;
-		wr[i].wr_id = in[i].wr_id;
-		wr[i].sg_list = &sge[i];
-		wr[i].num_sge = in[i].len ? 1 : 0;
-		wr[i].opcode = in[i].opcode;
-		wr[i].send_flags = in[i].flags;
-		wr[i].imm_data = htonl(in[i].imm);
+		w->wr_id = in[i].wr_id;
+		w->sg_list = &sge[i];
+		w->num_sge = in[i].len ? 1 : 0;
+		w->opcode = in[i].opcode;
+		w->send_flags = in[i].flags;
+		w->imm_data = htonl(in[i].imm);
 		if (in[i].opcode == IBV_WR_LOCAL_INV)
-			wr[i].invalidate_rkey = in[i].rkey; // shares a union with imm_data
-		wr[i].wr.rdma.remote_addr = in[i].remote_addr;
-		wr[i].wr.rdma.rkey = in[i].rkey;
-		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+			w->invalidate_rkey = in[i].rkey; // shares a union with imm_data
+		w->wr.rdma.remote_addr = in[i].remote_addr;
+		w->wr.rdma.rkey = in[i].rkey;
+		w->next = i + 1 < n ? &wr[k + i + 1] : NULL;
 	}
 	int ret = ibv_post_send(qp, wr, &badwr);
+	int bad = ret == 0 ? n + k : badwr ? (int)(badwr - wr) : 0;
+	// Providers name the window by its current rkey in the next bind (rxe
+	// passes it to the kernel, which checks it), as ibv_bind_mw does.
+	if (b && bad > 0) b->mw->rkey = b->rkey;
 	if (ret == 0) return 0;
-	int bad = badwr ? (int)(badwr - wr) : 0;
 	return -((ret > 0 ? ret : -ret) + 256 * bad);
 }
 
@@ -74,10 +101,10 @@ static int post_recv(struct ibv_qp *qp, gorecvwr *in, int n) {
 // The receives go first, so credits the sends grant are for posted
 // receives. Returns 0, or the failed call's code with 1<<20 set when it
 // was the send.
-static int post_recv_send(struct ibv_qp *qp, gorecvwr *rin, int nr, gosendwr *sin, int ns) {
+static int post_recv_send(struct ibv_qp *qp, gorecvwr *rin, int nr, gobindwr *b, gosendwr *sin, int ns) {
 	int ret = post_recv(qp, rin, nr);
 	if (ret != 0) return ret;
-	ret = post_send(qp, sin, ns);
+	ret = post_send(qp, b, sin, ns);
 	return ret == 0 ? 0 : -((-ret) | (1 << 20));
 }
 
@@ -88,15 +115,16 @@ typedef struct {
 	struct ibv_qp *qp;
 	gorecvwr *rin;
 	gosendwr *sin;
+	gobindwr *bind;
 	int32_t nr, ns, ret;
 } post_args;
 
 static void post_fast(void *p) {
 	post_args *a = p;
-	if (a->nr > 0 && a->ns > 0)
-		a->ret = post_recv_send(a->qp, a->rin, a->nr, a->sin, a->ns);
-	else if (a->ns > 0)
-		a->ret = post_send(a->qp, a->sin, a->ns);
+	if (a->nr > 0 && (a->ns > 0 || a->bind))
+		a->ret = post_recv_send(a->qp, a->rin, a->nr, a->bind, a->sin, a->ns);
+	else if (a->ns > 0 || a->bind)
+		a->ret = post_send(a->qp, a->bind, a->sin, a->ns);
 	else
 		a->ret = post_recv(a->qp, a->rin, a->nr);
 }
@@ -299,13 +327,17 @@ func (q *QP) QueryAttr() (QPAttr, QPCap, error) {
 
 const postBatch = 64 // POST_BATCH in C
 
+// MaxPostList is the most receives, and the most sends, one post call takes
+// (PostBindSend refuses more; PostSend and PostRecv split them).
+const MaxPostList = postBatch
+
 // PostSend posts wrs in as few ibv_post_send calls as possible (64 per call).
 func (q *QP) PostSend(wrs []SendWR) error {
 	for len(wrs) > 0 {
 		n := min(len(wrs), postBatch)
 		q.posts.Add(1)
 		q.sendPosts.Add(1)
-		if ret := q.post(nil, wrs[:n]); ret != 0 {
+		if ret := q.post(nil, nil, wrs[:n]); ret != 0 {
 			return postError("ibv_post_send", q.Num, -ret)
 		}
 		q.countSends(wrs[:n])
@@ -320,7 +352,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		n := min(len(wrs), postBatch)
 		q.posts.Add(1)
 		q.recvPosts.Add(1)
-		if ret := q.post(wrs[:n], nil); ret != 0 {
+		if ret := q.post(wrs[:n], nil, nil); ret != 0 {
 			return postError("ibv_post_recv", q.Num, -ret)
 		}
 		q.wrsPosted.Add(uint64(n))
@@ -345,7 +377,7 @@ func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err
 	q.posts.Add(1)
 	q.recvPosts.Add(1)
 	q.sendPosts.Add(1)
-	if ret := q.post(recvs, sends); ret != 0 {
+	if ret := q.post(recvs, nil, sends); ret != 0 {
 		if -ret&(1<<20) != 0 {
 			q.wrsPosted.Add(uint64(len(recvs)))
 			q.recvWRs.Add(uint64(len(recvs)))
@@ -361,10 +393,10 @@ func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err
 
 var postFastFn = unsafe.Pointer(C.post_fast_fn())
 
-// post posts receives, sends, or both (receives first) in one call into C,
-// each at most postBatch requests, and returns the C function's code (0, or
-// negative: see post_send and post_recv_send).
-func (q *QP) post(recvs []RecvWR, sends []SendWR) C.int {
+// post posts receives, then an optional window bind and sends, in one call
+// into C, each at most postBatch requests, and returns the C function's
+// code (0, or negative: see post_send and post_recv_send).
+func (q *QP) post(recvs []RecvWR, bind *C.gobindwr, sends []SendWR) C.int {
 	var rin *C.gorecvwr
 	var sin *C.gosendwr
 	if len(recvs) > 0 {
@@ -374,15 +406,22 @@ func (q *QP) post(recvs []RecvWR, sends []SendWR) C.int {
 		sin = (*C.gosendwr)(unsafe.Pointer(&sends[0]))
 	}
 	if fastCalls {
-		a := C.post_args{qp: q.qp, rin: rin, sin: sin, nr: C.int32_t(len(recvs)), ns: C.int32_t(len(sends))}
+		a := C.post_args{qp: q.qp, rin: rin, sin: sin, bind: bind, nr: C.int32_t(len(recvs)), ns: C.int32_t(len(sends))}
 		asmcgocall(postFastFn, unsafe.Pointer(&a))
 		return C.int(a.ret)
 	}
+	var cbind *C.gobindwr
+	if bind != nil {
+		// A copy for cgo, which makes its pointer arguments escape: the
+		// caller's stays on its stack in the fast path.
+		b := *bind
+		cbind = &b
+	}
 	switch {
-	case len(recvs) > 0 && len(sends) > 0:
-		return C.post_recv_send(q.qp, rin, C.int(len(recvs)), sin, C.int(len(sends)))
-	case len(sends) > 0:
-		return C.post_send(q.qp, sin, C.int(len(sends)))
+	case len(recvs) > 0 && (len(sends) > 0 || cbind != nil):
+		return C.post_recv_send(q.qp, rin, C.int(len(recvs)), cbind, sin, C.int(len(sends)))
+	case len(sends) > 0 || cbind != nil:
+		return C.post_send(q.qp, cbind, sin, C.int(len(sends)))
 	}
 	return C.post_recv(q.qp, rin, C.int(len(recvs)))
 }
@@ -402,6 +441,47 @@ func (q *QP) countSends(wrs []SendWR) {
 	}
 	q.signaled.Add(sig)
 	q.inlined.Add(inl)
+}
+
+// PostBindSend posts, in one call into C and one doorbell per queue, recvs
+// on the receive queue, then on the send queue the bind followed by sends
+// (at most 64 of each): a window bound and announced together, say. It is
+// counted as one send doorbell of 1+len(sends) requests. recvsPosted reports
+// whether the receives went in. Once the bind is posted, the window's key is
+// bind.RKey.
+func (q *QP) PostBindSend(recvs []RecvWR, bind *BindWR, sends []SendWR) (recvsPosted bool, err error) {
+	if len(recvs) > postBatch || len(sends) > postBatch {
+		return false, fmt.Errorf("ibv_post_send QP 0x%x: %d receives and %d sends in one post list, at most %d each", q.Num, len(recvs), len(sends), postBatch)
+	}
+	b := C.gobindwr{mw: bind.MW.mw, mr: bind.MR.mr, wr_id: C.uint64_t(bind.WRID), addr: C.uint64_t(bind.Addr),
+		len: C.uint64_t(bind.Len), access: C.uint32_t(bind.Access), rkey: C.uint32_t(bind.RKey), flags: C.uint32_t(bind.Flags)}
+	q.posts.Add(1)
+	q.sendPosts.Add(1)
+	if len(recvs) > 0 {
+		q.recvPosts.Add(1)
+	}
+	if ret := q.post(recvs, &b, sends); ret != 0 {
+		if len(recvs) > 0 && -ret&(1<<20) == 0 {
+			return false, postError("ibv_post_recv", q.Num, -ret)
+		}
+		q.wrsPosted.Add(uint64(len(recvs)))
+		q.recvWRs.Add(uint64(len(recvs)))
+		return true, postError("ibv_post_send BIND_MW", q.Num, (-ret)&^(1<<20))
+	}
+	q.wrsPosted.Add(uint64(len(recvs)))
+	q.recvWRs.Add(uint64(len(recvs)))
+	q.countBind(bind.Flags)
+	q.countSends(sends)
+	return true, nil
+}
+
+// countBind counts a posted window bind as a send request.
+func (q *QP) countBind(flags uint32) {
+	q.wrsPosted.Add(1)
+	q.sendWRs.Add(1)
+	if flags&SendSignaled != 0 {
+		q.signaled.Add(1)
+	}
 }
 
 func postError(op string, qpn uint32, code C.int) error {

@@ -4,6 +4,7 @@ package verbs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -320,7 +321,51 @@ func TestMemoryWindowType2(t *testing.T) {
 	}
 	expectOK(read(b, 14, page1+4096, 100, rkey2), 2, 100)
 
-	// The old key is dead: the read fails at the initiator.
+	// A bind and the send announcing its key in one post list, one
+	// doorbell: the bind unsignaled, retired by the send's completion.
+	must(t, a.PostSend([]SendWR{{WRID: 30, Opcode: OpLocalInv, Flags: SendSignaled, RKey: rkey2}}))
+	if wc := pollOne(t, cq); wc.Err() != nil || wc.WRID != 30 {
+		t.Fatalf("local invalidate completion %+v (%v)", wc, wc.Err())
+	}
+	note := mmapBuf(t, 4096)
+	nmr, err := pd.RegMR(note, AccessLocalWrite)
+	must(t, err)
+	defer nmr.Close()
+	must(t, b.PostRecv([]RecvWR{{WRID: 31, Addr: lmr.Addr(), Len: 64, LKey: lmr.LKey}}))
+	rkey4 := mw.NextRKey()
+	binary.LittleEndian.PutUint32(note, rkey4)
+	before := a.PostCounts()
+	if _, err := a.PostBindSend(nil, &BindWR{WRID: 32, MW: mw, MR: mr, Addr: page1, Len: 4096, Access: AccessRemoteRead, RKey: rkey4},
+		[]SendWR{{WRID: 33, Addr: nmr.Addr(), Len: 4, LKey: nmr.LKey, Opcode: OpSend, Flags: SendSignaled}}); err != nil {
+		t.Fatal(err)
+	}
+	after := a.PostCounts()
+	if d := (PostCounts{SendPosts: after.SendPosts - before.SendPosts, SendWRs: after.SendWRs - before.SendWRs,
+		Signaled: after.Signaled - before.Signaled}); d != (PostCounts{SendPosts: 1, SendWRs: 2, Signaled: 1}) {
+		t.Errorf("bind+send post list counted as %+v, want 1 doorbell, 2 requests, 1 signaled", d)
+	}
+	if mw.RKey() != rkey4 || rkey4 == rkey2 {
+		t.Fatalf("window key 0x%x after the post list, want 0x%x (was 0x%x)", mw.RKey(), rkey4, rkey2)
+	}
+	for range 2 { // the send's completion (not the bind's: unsignaled) and the receive, in either order
+		switch wc := pollOne(t, cq); {
+		case wc.Err() != nil:
+			t.Fatalf("completion %+v: %v", wc, wc.Err())
+		case wc.WRID == 31:
+			if got := binary.LittleEndian.Uint32(local); got != rkey4 {
+				t.Fatalf("announced key 0x%x, want 0x%x", got, rkey4)
+			}
+		case wc.WRID != 33:
+			t.Fatalf("unexpected completion %+v (the unsignaled bind's?)", wc)
+		}
+	}
+	expectOK(read(b, 34, page1, 4096, rkey4), 1, 4096)
+	must(t, a.PostSend([]SendWR{{WRID: 35, Opcode: OpLocalInv, Flags: SendSignaled, RKey: rkey4}}))
+	if wc := pollOne(t, cq); wc.Err() != nil || wc.WRID != 35 {
+		t.Fatalf("local invalidate completion %+v (%v)", wc, wc.Err())
+	}
+
+	// The old keys are dead: the read fails at the initiator.
 	if wc := read(b, 15, page1, 8, rkey); wc.Status != WCRemAccessErr {
 		t.Fatalf("read with an invalidated key: %+v, want remote access error", wc)
 	}
