@@ -241,8 +241,9 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	if b.Len() <= c.ep.maxInline {
 		wr.Flags = verbs.SendInline
 	}
-	// An asynchronous send's outcome goes to Completions(): it needs its own.
-	if err := c.postLocked(wr, wrSendMsg, slot, async); err != nil {
+	// An asynchronous send's end goes to Completions() or RecvCompletion,
+	// with its own completion or a later request's (asyncForceLocked).
+	if err := c.postLocked(wr, wrSendMsg, slot, async && c.asyncForceLocked(false)); err != nil {
 		c.msgSend[slot] = buffer.Buf{}
 		c.msgFree = append(c.msgFree, slot)
 		return err
@@ -303,6 +304,9 @@ again:
 			c.mu.Unlock()
 			c.windowTaken()
 			return v, nil
+		}
+		if c.asyncUnsig && any(q) == any(&c.oq) {
+			c.flushAsyncLocked() // the end waited for may come with no completion of its own
 		}
 		viaChan := q.viaChan.Load()
 		switch {

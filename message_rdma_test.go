@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -1277,5 +1278,99 @@ func TestSendForeignBuf(t *testing.T) {
 	}
 	if st := foreign.Stats(); st.InUseBytes != 0 {
 		t.Fatalf("foreign pool still has %d bytes in use", st.InUseBytes)
+	}
+}
+
+// TestAsyncEndsUnsignaled: asynchronous operations whose ends are taken with
+// RecvCompletion mostly go unsignaled (a later signaled request retires
+// them; RC completes in order), yet every end arrives, once, in order: a
+// writer keeping every operation slot busy, a lone write with nothing after
+// it (RecvCompletion posts a signaled zero-length write before it waits),
+// and, once the user took the Completions() channel, one completion per
+// operation again.
+func TestAsyncEndsUnsignaled(t *testing.T) {
+	c, s, ln := connPair(t, nil)
+	defer ln.Close()
+	defer c.Close()
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	target := mustAlloc(t, s, 64<<10)
+	defer target.Release()
+	exp, err := s.Export(target, RemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Close()
+	remote := exp.Remote()
+	local := mustAlloc(t, c, 4096)
+	defer local.Release()
+	next := uint64(0)
+	recvEnd := func() {
+		t.Helper()
+		oc, err := c.RecvCompletion(ctx)
+		if err != nil || oc.Err != nil || oc.ID != next {
+			t.Fatalf("RecvCompletion: %+v, %v; want the end of operation %d", oc, err, next)
+		}
+		next++
+	}
+	signaled := func() uint64 { return c.Stats().Signaled }
+
+	// A stream of writes, every slot busy.
+	const writes, depth = 160, maxOneSided
+	sig0 := signaled()
+	posted := uint64(0)
+	for posted < writes {
+		for posted < writes && posted-next < depth {
+			copy(local.Bytes(), fmt.Sprintf("write %d", posted))
+			if err := c.PostWriteRemote(local, remote, (posted%16)*4096, posted); err != nil {
+				t.Fatalf("PostWriteRemote %d: %v", posted, err)
+			}
+			posted++
+		}
+		recvEnd()
+	}
+	for next < writes {
+		recvEnd()
+	}
+	sig := signaled() - sig0
+	t.Logf("%d asynchronous writes, %d signaled", writes, sig)
+	if sig > writes/(depth/2)+2 {
+		t.Errorf("%d of %d asynchronous writes signaled; want about one per %d", sig, writes, depth/2)
+	}
+
+	// A lone write, then a lone message: nothing signaled follows them.
+	for i := 0; i < 3; i++ {
+		if err := c.PostWriteRemote(local, remote, 0, next); err != nil {
+			t.Fatal(err)
+		}
+		recvEnd()
+	}
+	go releaseMessages(s)
+	b := mustAlloc(t, c, 64)
+	if err := c.PostSend(ctx, b, next); err != nil {
+		t.Fatal(err)
+	}
+	recvEnd()
+
+	// The channel's user waits without calling in: one completion each.
+	ch := c.Completions()
+	sig0 = signaled()
+	for i := 0; i < 4; i++ {
+		if err := c.PostWriteRemote(local, remote, 0, next); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case oc := <-ch:
+			if oc.Err != nil || oc.ID != next {
+				t.Fatalf("Completions(): %+v, want the end of operation %d", oc, next)
+			}
+			next++
+		case <-ctx.Done():
+			t.Fatalf("no completion of operation %d on the channel", next)
+		}
+	}
+	if sig := signaled() - sig0; sig != 4 {
+		t.Errorf("%d of 4 writes signaled with a Completions() user", sig)
 	}
 }

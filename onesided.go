@@ -378,8 +378,11 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	s := &c.ops[idx]
 	local.Retain()
 	s.async, s.id, s.local, s.name = async, id, local, oneSidedOpName(opcode)
+	// A blocking call waits for its own completion; an asynchronous one's
+	// may come with a later request's (asyncForceLocked).
+	force := !async || c.asyncForceLocked(len(c.opFree)%max(c.ep.maxOps/2, 1) == 0)
 	if err := c.postLocked(verbs.SendWR{Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
-		Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, wrOneSided, idx, true); err != nil {
+		Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, wrOneSided, idx, force); err != nil {
 		b := c.giveBackOpSlotLocked(idx)
 		c.mu.Unlock()
 		b.Release()

@@ -5,8 +5,6 @@ package rdma
 import (
 	"os"
 	"sync"
-
-	"github.com/verbline/rdma/internal/verbs"
 )
 
 // Soft-RoCE (rxe) in Linux 6.1 re-executes a memory-window bind when it
@@ -73,11 +71,8 @@ func (c *Conn) bindReadyLocked() bool {
 	}
 	if c.sqUnsig > 0 && c.sqUsedLocked() < c.ep.sqDepth {
 		// The newest request asked for no completion, so none may come to
-		// retire the queue. A signaled RDMA WRITE of zero bytes does: it
-		// needs no receive and no credit at the peer, and a zero-length
-		// RDMA operation is not required to carry a valid R_Key (IBA
-		// C9-88; rxe's check_rkey accepts it).
-		c.postLocked(verbs.SendWR{Opcode: verbs.OpRDMAWrite}, wrSendCtl, 0, true)
+		// retire the queue: a signaled zero-length write does.
+		c.postFlushLocked()
 	}
 	return false
 }

@@ -31,6 +31,7 @@ type sendQueue struct {
 	sq         []sqEntry
 	sqHead     int             // the oldest entry not retired
 	sqUnsig    int             // requests posted since the last signaled one
+	asyncUnsig bool            // an asynchronous request is among them (its end waits for a signaled one)
 	ctlWR      [1]verbs.SendWR // scratch for single posts (a local would escape to the heap)
 }
 
@@ -59,10 +60,47 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 	if force || c.finSent || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
 		wr.Flags |= verbs.SendSignaled
 		c.sqUnsig = 0
+		c.asyncUnsig = false
 	} else {
 		wr.Flags &^= verbs.SendSignaled
 		c.sqUnsig++
+		c.asyncUnsig = c.asyncUnsig || kind == wrSendMsg && c.msgAsync[idx] || kind == wrOneSided && c.ops[idx].async
 	}
+}
+
+// asyncForceLocked reports whether an asynchronous request (PostSend,
+// PostWriteRemote, PostWriteRemoteImm, PostReadRemote) must ask for its own
+// completion. Its end reaches Completions() or RecvCompletion either way: a
+// request posted unsignaled is retired, and its end delivered, by the
+// completion of a later one (RC completes in order). So it may go unsignaled
+// while a later signaled request is sure to follow: every signalEvery
+// requests one is (sqPushLocked), and RecvCompletion, before it waits,
+// posts one when nothing signaled follows an end it may wait for
+// (flushAsyncLocked). A user of the Completions() channel waits without
+// calling into the library, so there every asynchronous request is
+// signaled, as are those that take the last free operation slot or half of
+// them (lowSlots): a writer keeping every slot busy gets half back while
+// the other half are in flight.
+func (c *Conn) asyncForceLocked(lowSlots bool) bool {
+	return c.oq.viaChan.Load() || lowSlots
+}
+
+// flushAsyncLocked makes sure the ends of asynchronous requests posted
+// unsignaled will arrive: if no signaled request follows them, it posts a
+// signaled RDMA WRITE of zero bytes, whose completion retires them (it needs
+// no receive and no credit at the peer, and a zero-length RDMA operation is
+// not required to carry a valid R_Key: IBA C9-88; rxe's check_rkey accepts
+// it). Called with c.mu held.
+func (c *Conn) flushAsyncLocked() {
+	if c.asyncUnsig && !c.qpDown && c.sqUsedLocked() < c.ep.sqDepth {
+		c.postFlushLocked()
+	}
+}
+
+// postFlushLocked posts a signaled zero-length RDMA WRITE: its completion
+// retires every request posted before it.
+func (c *Conn) postFlushLocked() {
+	c.postLocked(verbs.SendWR{Opcode: verbs.OpRDMAWrite}, wrSendCtl, 0, true)
 }
 
 // sqLowLocked reports whether a resource that only send completions give
