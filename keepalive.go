@@ -66,6 +66,10 @@ func (c *Conn) keepaliveTick() {
 	if c.closed || c.qpDown || c.released {
 		return
 	}
+	// Ends of asynchronous requests posted unsignaled wait for a later
+	// completion (asyncForceLocked); one that nobody asks for by calling
+	// in waits no longer than this.
+	c.flushAsyncLocked()
 	next := c.cfg.KeepAlive - time.Since(c.lastHeard)
 	if next <= 0 {
 		// Skipped while a credit update is in flight: its

@@ -40,6 +40,12 @@ func userChan[T any](c *Conn, q *lendQueue[T]) <-chan T {
 	if !q.viaChan.Load() {
 		c.mu.Lock()
 		q.toChan()
+		if any(q) == any(&c.oq) {
+			// Ends of operations posted unsignaled before the channel was
+			// taken must not wait for a later completion: from now on
+			// every asynchronous request is signaled (asyncForceLocked).
+			c.flushAsyncLocked()
+		}
 		c.mu.Unlock()
 	}
 	return q.ch

@@ -1284,9 +1284,10 @@ func TestSendForeignBuf(t *testing.T) {
 // TestAsyncEndsUnsignaled: asynchronous operations whose ends are taken with
 // RecvCompletion mostly go unsignaled (a later signaled request retires
 // them; RC completes in order), yet every end arrives, once, in order: a
-// writer keeping every operation slot busy, a lone write with nothing after
-// it (RecvCompletion posts a signaled zero-length write before it waits),
-// and, once the user took the Completions() channel, one completion per
+// writer keeping every operation slot busy; a second operation behind a
+// lone one, with nothing signaled after it (RecvCompletion posts a
+// signaled zero-length write before it waits, as taking the Completions()
+// channel does); and, once the user took the channel, one completion per
 // operation again.
 func TestAsyncEndsUnsignaled(t *testing.T) {
 	c, s, ln := connPair(t, nil)
@@ -1335,26 +1336,56 @@ func TestAsyncEndsUnsignaled(t *testing.T) {
 	}
 	sig := signaled() - sig0
 	t.Logf("%d asynchronous writes, %d signaled", writes, sig)
-	if sig > writes/(depth/2)+2 {
+	// One per half of the slots, and one whenever the writer finds every
+	// write done (a lone write asks for its completion).
+	if sig > writes/3 {
 		t.Errorf("%d of %d asynchronous writes signaled; want about one per %d", sig, writes, depth/2)
 	}
 
-	// A lone write, then a lone message: nothing signaled follows them.
+	// A lone write or message asks for its completion (a ping-pong's would
+	// otherwise cost a flush every time); a second posted behind it does not,
+	// and with nothing signaled after it, RecvCompletion posts the flush.
+	go releaseMessages(s)
 	for i := 0; i < 3; i++ {
-		if err := c.PostWriteRemote(local, remote, 0, next); err != nil {
-			t.Fatal(err)
+		sig0 := signaled()
+		for j := 0; j < 2; j++ {
+			var err error
+			if i == 2 {
+				err = c.PostSend(ctx, mustAlloc(t, c, 64), next+uint64(j))
+			} else {
+				err = c.PostWriteRemote(local, remote, 0, next+uint64(j))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		recvEnd()
+		recvEnd()
+		if sig := signaled() - sig0; sig != 2 {
+			t.Errorf("two operations, the second behind the first: %d signaled requests, want 2 (the first, and the flush)", sig)
+		}
 	}
-	go releaseMessages(s)
-	b := mustAlloc(t, c, 64)
-	if err := c.PostSend(ctx, b, next); err != nil {
-		t.Fatal(err)
-	}
-	recvEnd()
 
-	// The channel's user waits without calling in: one completion each.
+	// Ends posted unsignaled before the user takes the channel reach it;
+	// after that the channel's user waits without calling in: one
+	// completion each.
+	for j := uint64(0); j < 2; j++ {
+		if err := c.PostWriteRemote(local, remote, 0, next+j); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ch := c.Completions()
+	for j := 0; j < 2; j++ {
+		select {
+		case oc := <-ch:
+			if oc.Err != nil || oc.ID != next {
+				t.Fatalf("Completions(): %+v, want the end of operation %d", oc, next)
+			}
+			next++
+		case <-ctx.Done():
+			t.Fatalf("no completion of operation %d (posted before Completions()) on the channel", next)
+		}
+	}
 	sig0 = signaled()
 	for i := 0; i < 4; i++ {
 		if err := c.PostWriteRemote(local, remote, 0, next); err != nil {

@@ -292,6 +292,13 @@ func (c *Conn) Completions() <-chan OpCompletion {
 // order; once Completions() was called they go to that channel, which this
 // then reads. After Close it returns the ends still queued, then
 // net.ErrClosed.
+//
+// Until the Completions() channel is taken, most asynchronous operations ask
+// the NIC for no completion of their own: a later one's reports them too (RC
+// completes in order), and RecvCompletion makes sure one is coming before it
+// waits. So an end, and the release of the operation's reference to its
+// local buffer, may wait for the next RecvCompletion or operation, or the
+// next keepalive check (Config.KeepAlive), whichever comes first.
 func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
 	if c.tcp != nil {
 		return c.tcp.recvCompletion(ctx)

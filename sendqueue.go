@@ -76,13 +76,15 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 // while a later signaled request is sure to follow: every signalEvery
 // requests one is (sqPushLocked), and RecvCompletion, before it waits,
 // posts one when nothing signaled follows an end it may wait for
-// (flushAsyncLocked). A user of the Completions() channel waits without
-// calling into the library, so there every asynchronous request is
-// signaled, as are those that take the last free operation slot or half of
-// them (lowSlots): a writer keeping every slot busy gets half back while
-// the other half are in flight.
+// (flushAsyncLocked). Signaled are: every asynchronous request once the user
+// took the Completions() channel (its user waits without calling into the
+// library); one posted with no other asynchronous request in flight (a
+// ping-pong's, whose end would otherwise cost a flush each time); and,
+// lowSlots, those that take the last free operation slot or leave half of
+// them, so a writer keeping every slot busy gets half back while the other
+// half are in flight.
 func (c *Conn) asyncForceLocked(lowSlots bool) bool {
-	return c.oq.viaChan.Load() || lowSlots
+	return c.oq.viaChan.Load() || c.asyncOut == 0 || lowSlots
 }
 
 // flushAsyncLocked makes sure the ends of asynchronous requests posted
