@@ -56,8 +56,8 @@ func main() {
 		pin      = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
 		depth    = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
 		spin     = flag.Duration("spin", 0, "our Config.PollSpin (0: the library default; negative: event mode)")
-		procs    = flag.Int("gomaxprocs", 2, "GOMAXPROCS of our Go processes (and the TCP baseline's); 0: Go's default "+
-			"(the CPUs the process may use: 1 when pinned). See benchmarks/README.md on why 2 on one pinned CPU")
+		procs    = flag.Int("gomaxprocs", 0, "GOMAXPROCS of our Go processes (and the TCP baseline's); 0: Go's default "+
+			"(the CPUs the process may use: 1 when pinned, as a user's pinned process gets). See benchmarks/README.md")
 		timeout   = flag.Duration("timeout", 2*time.Minute, "kill any server or client process running longer than this")
 		latIters  = flag.Int("lat-iters", 0, "round trips per latency run (0: 1000, quick 300)")
 		bwBytes   = flag.Int64("bw-bytes", 0, "bytes per bandwidth run (0: 32 MiB, quick 8 MiB)")
