@@ -10,7 +10,7 @@ import "C"
 import "sync"
 
 // MW is a type 2 memory window: remote access to a sub-range of an MR that
-// is granted through a QP's send queue (PostBindMW), is valid only on that
+// is granted through a QP's send queue (PostBindMW, PostBindSend), is valid only on that
 // QP, and ends with a local invalidate (OpLocalInv) or Close. Binding needs
 // no ibv_reg_mr, so granting and revoking access per transfer is cheap.
 type MW struct {

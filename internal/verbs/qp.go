@@ -17,8 +17,8 @@ typedef struct {
 	uint32_t len, lkey;
 } gorecvwr;
 
-// gobindwr is a memory-window bind posted ahead of a batch of sends
-// (layout = bindArgs in Go). rkey is the window's key after the bind.
+// gobindwr is a memory-window bind posted ahead of a batch of sends (built
+// by QP.PostBindSend from a BindWR). rkey is the window's key after the bind.
 typedef struct {
 	struct ibv_mw *mw;
 	struct ibv_mr *mr;
