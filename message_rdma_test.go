@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -1323,7 +1322,6 @@ func TestAsyncEndsUnsignaled(t *testing.T) {
 	posted := uint64(0)
 	for posted < writes {
 		for posted < writes && posted-next < depth {
-			copy(local.Bytes(), fmt.Sprintf("write %d", posted))
 			if err := c.PostWriteRemote(local, remote, (posted%16)*4096, posted); err != nil {
 				t.Fatalf("PostWriteRemote %d: %v", posted, err)
 			}
