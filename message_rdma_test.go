@@ -1373,7 +1373,8 @@ func TestAsyncEndsUnsignaled(t *testing.T) {
 		}
 	}
 	ch := c.Completions()
-	for j := 0; j < 2; j++ {
+	chanEnd := func(posted string) {
+		t.Helper()
 		select {
 		case oc := <-ch:
 			if oc.Err != nil || oc.ID != next {
@@ -1381,23 +1382,18 @@ func TestAsyncEndsUnsignaled(t *testing.T) {
 			}
 			next++
 		case <-ctx.Done():
-			t.Fatalf("no completion of operation %d (posted before Completions()) on the channel", next)
+			t.Fatalf("no completion of operation %d%s on the channel", next, posted)
 		}
+	}
+	for j := 0; j < 2; j++ {
+		chanEnd(" (posted before Completions())")
 	}
 	sig0 = signaled()
 	for i := 0; i < 4; i++ {
 		if err := c.PostWriteRemote(local, remote, 0, next); err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case oc := <-ch:
-			if oc.Err != nil || oc.ID != next {
-				t.Fatalf("Completions(): %+v, want the end of operation %d", oc, next)
-			}
-			next++
-		case <-ctx.Done():
-			t.Fatalf("no completion of operation %d on the channel", next)
-		}
+		chanEnd("")
 	}
 	if sig := signaled() - sig0; sig != 4 {
 		t.Errorf("%d of 4 writes signaled with a Completions() user", sig)
