@@ -221,10 +221,13 @@ func (c *Conn) pumpRendezvousLocked() {
 			return // first in line for the pool: later ones wait behind it
 		}
 		if r.state == rvNeedBuf {
-			b, err := c.dev.pool.Get(int(r.desc.Region.Len))
+			b, err := c.dev.pool.TryGet(int(r.desc.Region.Len))
 			switch {
-			case errors.Is(err, buffer.ErrExhausted):
-				// Wait off the poller; the message stays in order meanwhile,
+			case errors.Is(err, buffer.ErrNoFree) || errors.Is(err, buffer.ErrExhausted):
+				// Wait off the poller, for a new arena (whose registration
+				// takes milliseconds, too long to hold up the completions of
+				// every connection on this poller) or, with the pool at its
+				// limit, for a release. The message stays in order meanwhile,
 				// and the ones behind it (which could not be delivered before
 				// it anyway) take no buffer that it needs.
 				r.state = rvWaitPool

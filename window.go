@@ -2,7 +2,13 @@
 
 package rdma
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/verbline/rdma/buffer"
+)
 
 // The rings grow with traffic, as TCP autotunes its window, so that an idle
 // connection pins little registered memory (the default Config: 4 credited
@@ -25,7 +31,12 @@ import "fmt"
 //     when a large Send finds every reserved answer in use.
 //
 // Nothing shrinks while the connection lives: the memory goes back to the
-// pool when it closes.
+// pool when it closes. The rings grow from buffers the pool has free
+// (buffer.Pool.TryGet): registering a new arena takes milliseconds (15-30
+// ms for 4 MiB in the Soft-RoCE guest), and growth happens with c.mu held,
+// on the path of the connection's completions and of the poller's other
+// connections. When the pool has none, a goroutine registers an arena
+// (growPoolLocked) and the growth is tried again.
 //
 // The same bookkeeping checks the peer: peerCredits counts the credits the
 // peer holds (granted in the Hello and with every returned credit, spent by
@@ -43,11 +54,16 @@ func initialWindow(cfg *Config) int { return min(cfg.RecvBuffers, initialCredits
 // windowState is the rings' growth and the peer's credits, guarded by
 // Conn.mu.
 type windowState struct {
-	window      int  // credited receive buffers posted for the peer (its window)
-	rvReserve   int  // receives posted for the peer's rendezvous done answers
-	peerCredits int  // credits the peer holds, by our count
-	peerStarved bool // the peer was down to half the window since it last grew
+	window      int       // credited receive buffers posted for the peer (its window)
+	rvReserve   int       // receives posted for the peer's rendezvous done answers
+	peerCredits int       // credits the peer holds, by our count
+	peerStarved bool      // the peer was down to half the window since it last grew
+	poolGrowing bool      // growPoolLocked's goroutine is registering an arena
+	poolFullAt  time.Time // when growPoolLocked last found the pool at its limit
 }
+
+// poolRetry is how long rings do not ask a pool at its limit to grow again.
+const poolRetry = 100 * time.Millisecond
 
 // windowTaken is called when the application takes a message or a
 // notification: with the peer starved, that may be what lets the window
@@ -98,9 +114,12 @@ func (c *Conn) maybeGrowWindowLocked() {
 	if unread := c.rqLen + c.mq.queued() + c.nq.queued() + c.inLen; unread > max(1, c.window/4) {
 		return // the application is behind: a larger window would only pin more
 	}
+	n := c.addRecvsLocked(min(c.window, c.cfg.RecvBuffers-c.window))
+	if n == 0 {
+		return // still starved: tried again once the pool has grown
+	}
 	c.peerStarved = false
 	c.starvedHint.Store(false)
-	n := c.addRecvsLocked(min(c.window, c.cfg.RecvBuffers-c.window))
 	c.window += n
 	c.pending += n // granted with the next message, as reposted receives are
 }
@@ -116,19 +135,17 @@ func (c *Conn) growReserveLocked() bool {
 	return true
 }
 
-// addRecvsLocked takes up to n buffers from the pool and posts them as
-// receives; it returns how many it posted (fewer if the pool is short:
-// the rings just stay smaller).
+// addRecvsLocked takes n free buffers from the pool and posts them as
+// receives; it returns how many it posted: n, or 0 if the pool has fewer
+// free (it grows meanwhile, or at its limit the rings stay as they are).
 func (c *Conn) addRecvsLocked(n int) int {
+	first := len(c.ep.recv)
+	if !c.takeFreeLocked(&c.ep.recv, n) {
+		return 0
+	}
 	wrs := c.recvWRs[len(c.recvWRs):] // scratch beyond what is being reposted (normally empty)
-	for range n {
-		b, err := c.dev.pool.Get(c.ep.bufSize)
-		if err != nil {
-			break
-		}
-		idx := len(c.ep.recv)
-		b.SetRecyclerRef(&c.slotRefs[idx])
-		c.ep.recv = append(c.ep.recv, b)
+	for idx := first; idx < len(c.ep.recv); idx++ {
+		c.ep.recv[idx].SetRecyclerRef(&c.slotRefs[idx])
 		wrs = append(wrs, c.ep.recvWR(idx))
 	}
 	if len(wrs) == 0 {
@@ -146,15 +163,67 @@ func (c *Conn) addRecvsLocked(n int) int {
 // Called with c.mu and writeMu held, by a writer with credits and no free
 // send buffer.
 func (c *Conn) growSendRingLocked() {
-	n := min(len(c.ep.send), c.ep.maxSend-len(c.ep.send))
+	first := len(c.ep.send)
+	if !c.takeFreeLocked(&c.ep.send, min(first, c.ep.maxSend-first)) {
+		return
+	}
+	for idx := first; idx < len(c.ep.send); idx++ {
+		c.sendFree = append(c.sendFree, idx)
+	}
+}
+
+// takeFreeLocked appends n free buffers of the rings' size to *ring, all
+// or none (the rings keep their doubling sizes): if the pool has fewer
+// free, those taken go back and growPoolLocked registers an arena.
+func (c *Conn) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
+	first := len(*ring)
 	for range n {
-		b, err := c.dev.pool.Get(c.ep.bufSize)
+		b, err := c.dev.pool.TryGet(c.ep.bufSize)
 		if err != nil {
+			for _, b := range (*ring)[first:] {
+				b.Free()
+			}
+			clear((*ring)[first:])
+			*ring = (*ring)[:first]
+			c.growPoolLocked(err, n)
+			return false
+		}
+		*ring = append(*ring, b)
+	}
+	return true
+}
+
+// growPoolLocked starts, unless one is running, a goroutine that registers
+// arenas of the rings' buffer size when a ring could not grow by need
+// buffers because the pool had fewer free (err is TryGet's), then tries the
+// receive window's growth again and wakes the writers, which retry theirs.
+// Called with c.mu held.
+//
+// At the pool's limit (Config.PoolMaxBytes) the rings stay as they are, and
+// for poolRetry no new attempt is made: each costs the pool a search for
+// arenas to take back from other sizes.
+func (c *Conn) growPoolLocked(err error, need int) {
+	if !errors.Is(err, buffer.ErrNoFree) || c.poolGrowing || c.released ||
+		!c.poolFullAt.IsZero() && time.Since(c.poolFullAt) < poolRetry {
+		return
+	}
+	c.poolGrowing = true
+	go func() {
+		err := c.dev.pool.Grow(c.ep.bufSize, need)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.poolGrowing = false
+		if err != nil {
+			c.poolFullAt = time.Now()
 			return
 		}
-		c.sendFree = append(c.sendFree, len(c.ep.send))
-		c.ep.send = append(c.ep.send, b)
-	}
+		if c.released || c.qpDown {
+			return
+		}
+		c.maybeGrowWindowLocked()
+		c.maybeSendCreditsLocked()
+		c.broadcast() // a writer or Send waiting for its ring tries again
+	}()
 }
 
 // ringBytes is the registered memory the connection's rings hold now.

@@ -36,6 +36,7 @@ func TestWindowGrowsWithTraffic(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i*31 + i>>12)
 	}
+	pool0 := client.dev.pool.Stats()
 	go func() {
 		client.Write(data)
 	}()
@@ -58,6 +59,14 @@ func TestWindowGrowsWithTraffic(t *testing.T) {
 		total>>20, el, float64(total)/el.Seconds()/1e6, window, ring, server.Stats().BufferBytes>>10, client.Stats().BufferBytes>>10)
 	if cfg := server.cfg; window != cfg.RecvBuffers || ring != cfg.SendBuffers {
 		t.Errorf("window %d, send ring %d: want them grown to %d and %d", window, ring, cfg.RecvBuffers, cfg.SendBuffers)
+	}
+	// Growing rings map arenas off the data path (Pool.Grow), never in a
+	// Get made with c.mu held (a miss), which stalls the connection's
+	// completions for the registration's milliseconds.
+	pool1 := client.dev.pool.Stats()
+	t.Logf("arenas mapped during the stream: %d by Grow, %d by Get", pool1.Grows-pool0.Grows, pool1.Misses-pool0.Misses)
+	if pool1.Misses != pool0.Misses {
+		t.Errorf("the rings' growth mapped %d arenas in Get, on the data path", pool1.Misses-pool0.Misses)
 	}
 }
 

@@ -65,6 +65,10 @@ var (
 	ErrTooLarge = errors.New("buffer: size exceeds the largest size class")
 	// ErrClosed: the pool was closed.
 	ErrClosed = errors.New("buffer: pool closed")
+	// ErrNoFree: TryGet found no free buffer of the size class; Get would
+	// map and register a new arena for it, which takes milliseconds (Grow
+	// does that off the caller's hot path).
+	ErrNoFree = errors.New("buffer: no free buffer of this size class (Get or Grow would register a new arena)")
 )
 
 type tooLargeError struct{ n, max int }
@@ -84,6 +88,7 @@ type Stats struct {
 	Gets           uint64   // Get and GetWait calls
 	Hits           uint64   // served from a free list
 	Misses         uint64   // needed a new arena
+	Grows          uint64   // arenas Grow mapped ahead of the Gets that need them
 	Exhausted      uint64   // Gets that found the pool exhausted (a GetWait counts once)
 	DoubleReleases uint64   // double releases and other uses of stale handles
 	Reclaimed      uint64   // arenas given back so that another class could grow
@@ -109,7 +114,7 @@ type Pool struct {
 	// misses + failed), which spares the common path one atomic add.
 	inUse, highWater                                atomic.Int64
 	hits, misses, failed, exhausted, doubleReleases atomic.Uint64
-	reclaimed                                       atomic.Uint64
+	reclaimed, grows                                atomic.Uint64
 
 	// Waiters park on waitCh; a release closes and replaces it when
 	// waiters > 0, so the common Release pays one atomic load.
@@ -193,7 +198,7 @@ func (p *Pool) MaxSize() int { return p.classes[len(p.classes)-1].size }
 // blocks: if every buffer of that class is in use and MaxBytes is reached it
 // returns ErrExhausted.
 func (p *Pool) Get(n int) (Buf, error) {
-	b, err := p.get(n)
+	b, err := p.get(n, true)
 	if err != nil {
 		if err == ErrExhausted {
 			p.exhausted.Add(1)
@@ -207,10 +212,60 @@ func (p *Pool) Get(n int) (Buf, error) {
 	return b, nil
 }
 
+// TryGet is Get without growing: it returns a free buffer of n's class, or
+// ErrNoFree when there is none, and never maps or registers memory. Meant
+// for callers that must not stall (a completion handler, code holding a
+// lock others poll under): registering an arena takes milliseconds, and
+// they leave it to Grow, called where a wait harms no one. A TryGet that
+// finds no free buffer is not counted in Stats.
+func (p *Pool) TryGet(n int) (Buf, error) {
+	b, err := p.get(n, false)
+	if err != nil {
+		if err != ErrNoFree {
+			p.failed.Add(1)
+		}
+		return Buf{}, err
+	}
+	if p.track {
+		b.s.site.Store(&allocSite{gen: b.gen, alloc: captureStack(1)})
+	}
+	return b, nil
+}
+
+// Grow makes sure n's class has count free buffers, mapping and
+// registering arenas as needed (or returning ErrExhausted when MaxBytes
+// leaves no room, after taking back wholly free arenas of other classes).
+// Others may take them before a later TryGet does.
+func (p *Pool) Grow(n, count int) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	c, err := p.class(n)
+	if err != nil {
+		return err
+	}
+	held := make([]*slot, 0, count)
+	defer func() {
+		for _, s := range held {
+			c.free.push(s)
+		}
+	}()
+	for len(held) < count {
+		s := c.free.pop()
+		if s == nil {
+			if s, err = p.grow(c, false); err != nil {
+				return err
+			}
+		}
+		held = append(held, s)
+	}
+	return nil
+}
+
 // GetWait is Get, but while the pool is exhausted it waits for a release
 // (parked, not spinning), as long as ctx allows.
 func (p *Pool) GetWait(ctx context.Context, n int) (Buf, error) {
-	b, err := p.get(n)
+	b, err := p.get(n, true)
 	if err == ErrExhausted {
 		p.exhausted.Add(1)
 		b, err = p.wait(ctx, n)
@@ -234,7 +289,7 @@ func (p *Pool) wait(ctx context.Context, n int) (Buf, error) {
 		ch := p.waitCh
 		p.waiters.Add(1)
 		p.waitMu.Unlock()
-		b, err := p.get(n)
+		b, err := p.get(n, true)
 		if err != ErrExhausted {
 			p.waiters.Add(-1)
 			return b, err
@@ -257,8 +312,9 @@ func (p *Pool) wake() {
 	p.waitMu.Unlock()
 }
 
-// get is the common path: pop a free slot of n's class, else grow.
-func (p *Pool) get(n int) (Buf, error) {
+// get is the common path: pop a free slot of n's class, else grow (or,
+// without mayGrow, fail with ErrNoFree).
+func (p *Pool) get(n int, mayGrow bool) (Buf, error) {
 	if p.closed.Load() {
 		return Buf{}, ErrClosed
 	}
@@ -269,7 +325,9 @@ func (p *Pool) get(n int) (Buf, error) {
 	s := c.free.pop()
 	if s != nil {
 		p.hits.Add(1)
-	} else if s, err = p.grow(c); err != nil {
+	} else if !mayGrow {
+		return Buf{}, ErrNoFree
+	} else if s, err = p.grow(c, true); err != nil {
 		return Buf{}, err
 	}
 	// A free slot has refs 0 and only Close changes its state meanwhile.
@@ -325,8 +383,9 @@ func (p *Pool) put(s *slot) {
 }
 
 // grow maps, registers and carves a new arena for c and returns one of its
-// slots; the rest go on c's free list.
-func (p *Pool) grow(c *class) (*slot, error) {
+// slots; the rest go on c's free list. forGet says whether a Get is served
+// (counted as a hit or a miss) or Grow (counted in grows).
+func (p *Pool) grow(c *class, forGet bool) (*slot, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed.Load() {
@@ -335,7 +394,9 @@ func (p *Pool) grow(c *class) (*slot, error) {
 	// Another Get may have grown the class (or a Release refilled it) while
 	// we waited for the mutex.
 	if s := c.free.pop(); s != nil {
-		p.hits.Add(1)
+		if forGet {
+			p.hits.Add(1)
+		}
 		return s, nil
 	}
 	remaining := p.opt.MaxBytes - p.arenaBytes
@@ -389,7 +450,11 @@ func (p *Pool) grow(c *class) (*slot, error) {
 	p.arenas = append(p.arenas, ar)
 	p.arenaBytes += int64(len(mem))
 	p.lastKind = a.Kind()
-	p.misses.Add(1)
+	if forGet {
+		p.misses.Add(1)
+	} else {
+		p.grows.Add(1)
+	}
 	return &chunk[0], nil
 }
 
@@ -453,6 +518,7 @@ func (p *Pool) Stats() Stats {
 	st.Exhausted = p.exhausted.Load()
 	st.DoubleReleases = p.doubleReleases.Load()
 	st.Reclaimed = p.reclaimed.Load()
+	st.Grows = p.grows.Load()
 	return st
 }
 

@@ -938,3 +938,80 @@ func TestPoolOwns(t *testing.T) {
 		t.Fatal("p1 owns the zero Buf")
 	}
 }
+
+// TryGet never registers: with no free buffer it returns ErrNoFree and the
+// registrar is not called; Grow registers arenas ahead until the class has
+// the free buffers asked for, which TryGet then serves.
+func TestTryGetAndGrow(t *testing.T) {
+	reg := &fakeReg{}
+	p := newPool(t, reg, buffer.Options{Classes: []int{1024, 4096}, SlabSize: 8192, MaxBytes: 16384})
+	regs := func() int { reg.mu.Lock(); defer reg.mu.Unlock(); return len(reg.regs) }
+	if _, err := p.TryGet(4000); !errors.Is(err, buffer.ErrNoFree) {
+		t.Fatalf("TryGet on an empty pool: %v, want ErrNoFree", err)
+	}
+	if n := regs(); n != 0 {
+		t.Fatalf("TryGet registered %d arenas", n)
+	}
+	if err := p.Grow(4000, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Grow(4000, 2); err != nil { // the arena holds two: nothing to do
+		t.Fatal(err)
+	}
+	if n := regs(); n != 1 {
+		t.Fatalf("two Grows registered %d arenas, want 1", n)
+	}
+	a, err := p.TryGet(4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.TryGet(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Len() != 4000 || b.Len() != 4096 || a.LKey() != 0x101 || b.LKey() != 0x101 {
+		t.Errorf("buffers from the grown arena: len %d/%d lkey %#x/%#x", a.Len(), b.Len(), a.LKey(), b.LKey())
+	}
+	if _, err := p.TryGet(4000); !errors.Is(err, buffer.ErrNoFree) {
+		t.Fatalf("TryGet with the arena taken: %v, want ErrNoFree", err)
+	}
+	st := p.Stats()
+	if st.Grows != 1 || st.Misses != 0 || st.Hits != 2 || st.Gets != 2 || st.Arenas != 1 {
+		t.Errorf("stats %+v: want 1 grow, 2 hits, 2 gets", st)
+	}
+	if err := p.Grow(4000, 2); err != nil { // the second arena fits under MaxBytes
+		t.Fatal(err)
+	}
+	if n := regs(); n != 2 {
+		t.Fatalf("%d arenas registered, want 2", n)
+	}
+	c, err := p.TryGet(4000) // keeps the second arena from being reclaimed
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Grow(100, 1); err != nil { // the 1024 class: nothing left under MaxBytes, no arena wholly free
+		if !errors.Is(err, buffer.ErrExhausted) {
+			t.Fatalf("Grow past MaxBytes: %v, want ErrExhausted", err)
+		}
+	} else {
+		t.Fatal("Grow past MaxBytes succeeded")
+	}
+	if err := p.Grow(4000, 3); !errors.Is(err, buffer.ErrExhausted) {
+		t.Errorf("Grow of more than MaxBytes holds: %v, want ErrExhausted", err)
+	}
+	if err := p.Grow(1<<20, 1); !errors.Is(err, buffer.ErrTooLarge) {
+		t.Errorf("Grow above the largest class: %v, want ErrTooLarge", err)
+	}
+	a.Release()
+	b.Release()
+	c.Release()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Grow(4000, 1); !errors.Is(err, buffer.ErrClosed) {
+		t.Errorf("Grow after Close: %v, want ErrClosed", err)
+	}
+	if _, err := p.TryGet(4000); !errors.Is(err, buffer.ErrClosed) {
+		t.Errorf("TryGet after Close: %v, want ErrClosed", err)
+	}
+}
