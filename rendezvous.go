@@ -256,6 +256,10 @@ func (c *Conn) pumpRendezvousLocked() {
 // receive buffer idx; nothing is lost meanwhile, the peer's buffer stays
 // lent to us.
 func (c *Conn) awaitBuffer(idx, n int) {
+	// An arena, if the pool needs one, is registered at low priority
+	// (runLowPriority); with the pool at its limit, GetWait waits for a
+	// release.
+	_ = runLowPriority(func() error { return c.dev.pool.Grow(n, 1) })
 	b, err := c.dev.pool.GetWait(c.rvCtx, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()

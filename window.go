@@ -209,7 +209,7 @@ func (c *Conn) growPoolLocked(err error, need int) {
 	}
 	c.poolGrowing = true
 	go func() {
-		err := c.dev.pool.Grow(c.ep.bufSize, need)
+		err := runLowPriority(func() error { return c.dev.pool.Grow(c.ep.bufSize, need) })
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.poolGrowing = false
