@@ -213,7 +213,7 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 			(!large || c.bindReadyLocked()) { // rxebind.go: Soft-RoCE re-executes binds on retry
 			break
 		}
-		if large && c.rvReserve == 0 && !c.qpDown {
+		if large && c.rvReserve == 0 && !c.qpDown && !c.poolGrowing { // growing: woken when it is done
 			return fmt.Errorf("%w: no receive buffer for the peer's answer to a large message", buffer.ErrExhausted)
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {

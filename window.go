@@ -176,6 +176,9 @@ func (c *Conn) growSendRingLocked() {
 // or none (the rings keep their doubling sizes): if the pool has fewer
 // free, those taken go back and growPoolLocked registers an arena.
 func (c *Conn) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
+	if c.poolGrowing || c.poolFullLocked() {
+		return false // tried again once the pool has grown, or after poolRetry
+	}
 	first := len(*ring)
 	for range n {
 		b, err := c.dev.pool.TryGet(c.ep.bufSize)
@@ -203,8 +206,7 @@ func (c *Conn) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
 // for poolRetry no new attempt is made: each costs the pool a search for
 // arenas to take back from other sizes.
 func (c *Conn) growPoolLocked(err error, need int) {
-	if !errors.Is(err, buffer.ErrNoFree) || c.poolGrowing || c.released ||
-		!c.poolFullAt.IsZero() && time.Since(c.poolFullAt) < poolRetry {
+	if !errors.Is(err, buffer.ErrNoFree) || c.poolGrowing || c.released || c.poolFullLocked() {
 		return
 	}
 	c.poolGrowing = true
@@ -213,17 +215,25 @@ func (c *Conn) growPoolLocked(err error, need int) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.poolGrowing = false
+		// A writer or Send waiting for its ring tries again (a Send that
+		// needs the rendezvous reserve's first buffer fails if the pool is
+		// at its limit).
+		defer c.broadcast()
 		if err != nil {
 			c.poolFullAt = time.Now()
 			return
 		}
-		if c.released || c.qpDown {
-			return
+		if !c.released && !c.qpDown {
+			c.maybeGrowWindowLocked()
+			c.maybeSendCreditsLocked()
 		}
-		c.maybeGrowWindowLocked()
-		c.maybeSendCreditsLocked()
-		c.broadcast() // a writer or Send waiting for its ring tries again
 	}()
+}
+
+// poolFullLocked reports whether growPoolLocked found the pool at its
+// limit less than poolRetry ago.
+func (c *Conn) poolFullLocked() bool {
+	return !c.poolFullAt.IsZero() && time.Since(c.poolFullAt) < poolRetry
 }
 
 // ringBytes is the registered memory the connection's rings hold now.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
@@ -219,5 +220,62 @@ func TestIdleBlockedReadersQuiet(t *testing.T) {
 	t.Logf("sends while idle: client %d, server %d", c1.SendWRs-c0.SendWRs, s1.SendWRs-s0.SendWRs)
 	if c1.SendWRs != c0.SendWRs || s1.SendWRs != s0.SendWRs {
 		t.Errorf("idle connection kept sending: client %d, server %d work requests", c1.SendWRs-c0.SendWRs, s1.SendWRs-s0.SendWRs)
+	}
+}
+
+// A large message whose rendezvous reserve and READ buffer both need a new
+// arena: the Send waits while the pool grows off the data path, the
+// receiver's READ waits for its buffer off the poller, and the message
+// arrives intact; no arena is mapped by a Get on either path.
+func TestRendezvousWhilePoolGrows(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	defer server.Close()
+	defer client.Close()
+	const size = 100 << 10 // above a receive buffer: rendezvous
+	msg, err := client.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range msg.Bytes() {
+		msg.Bytes()[i] = byte(i*7 + i>>10)
+	}
+	want := bytes.Clone(msg.Bytes())
+	// Take every free buffer of the rings' class (the reserve's) and of the
+	// message's class (the READ's), as other connections' traffic would.
+	pool := client.dev.pool
+	var held []buffer.Buf
+	defer func() {
+		for _, b := range held {
+			b.Release()
+		}
+	}()
+	for _, n := range []int{client.ep.bufSize, size} {
+		for {
+			b, err := pool.TryGet(n)
+			if err != nil {
+				break
+			}
+			held = append(held, b)
+		}
+	}
+	st0 := pool.Stats()
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
+	defer cancel()
+	if err := client.Send(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := server.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Error("the message differs")
+	}
+	got.Release()
+	st1 := pool.Stats()
+	t.Logf("held %d free buffers; arenas mapped: %d by Grow, %d by Get", len(held), st1.Grows-st0.Grows, st1.Misses-st0.Misses)
+	if st1.Misses != st0.Misses || st1.Grows-st0.Grows < 2 {
+		t.Errorf("want the two classes grown by Grow (off the data path), none by Get")
 	}
 }
