@@ -24,6 +24,7 @@ type device struct {
 	pd      *verbs.PD
 	pool    *buffer.Pool
 	pollers *poller.Group
+	slow    *lowPriority // registers the rings' arenas off the data path (lowprio.go)
 	reg     *registrar
 	refs    int // connections using it (devices.mu)
 	// windows: the device has type 2 memory windows, so a message larger
@@ -107,6 +108,7 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 		TrackAllocations: trackAllocations, OnIdle: onIdle}); err != nil {
 		return nil, err
 	}
+	d.slow = startLowPriority()
 	pc := cfg.pollerConfig()
 	pc.OnFail = d.pollerFailed
 	if d.pollers, err = poller.NewGroup(ctx, pc); err != nil {
@@ -227,6 +229,9 @@ func (d *device) teardown() error {
 	}
 	if d.pool != nil {
 		errs = append(errs, d.pool.Close())
+	}
+	if d.slow != nil {
+		d.slow.stop()
 	}
 	if d.pd != nil {
 		errs = append(errs, d.pd.Close())

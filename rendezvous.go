@@ -257,9 +257,9 @@ func (c *Conn) pumpRendezvousLocked() {
 // lent to us.
 func (c *Conn) awaitBuffer(idx, n int) {
 	// An arena, if the pool needs one, is registered at low priority
-	// (runLowPriority); with the pool at its limit, GetWait waits for a
+	// (lowprio.go); with the pool at its limit, GetWait waits for a
 	// release.
-	_ = runLowPriority(func() error { return c.dev.pool.Grow(n, 1) })
+	_ = c.dev.slow.run(func() error { return c.dev.pool.Grow(n, 1) })
 	b, err := c.dev.pool.GetWait(c.rvCtx, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -36,7 +36,8 @@ import (
 // ms for 4 MiB in the Soft-RoCE guest), and growth happens with c.mu held,
 // on the path of the connection's completions and of the poller's other
 // connections. When the pool has none, a goroutine registers an arena
-// (growPoolLocked) and the growth is tried again.
+// (growPoolLocked, on the device's low-priority worker: lowprio.go)
+// and the growth is tried again.
 //
 // The same bookkeeping checks the peer: peerCredits counts the credits the
 // peer holds (granted in the Hello and with every returned credit, spent by
@@ -211,7 +212,7 @@ func (c *Conn) growPoolLocked(err error, need int) {
 	}
 	c.poolGrowing = true
 	go func() {
-		err := runLowPriority(func() error { return c.dev.pool.Grow(c.ep.bufSize, need) })
+		err := c.dev.slow.run(func() error { return c.dev.pool.Grow(c.ep.bufSize, need) })
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.poolGrowing = false

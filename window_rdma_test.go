@@ -278,4 +278,11 @@ func TestRendezvousWhilePoolGrows(t *testing.T) {
 	if st1.Misses != st0.Misses || st1.Grows-st0.Grows < 2 {
 		t.Errorf("want the two classes grown by Grow (off the data path), none by Get")
 	}
+	// The kernel lists an MR under the thread that registered it, and not
+	// at all once that thread is gone: the arenas Grow registered must
+	// still show as this process's (a thread per registration, exiting
+	// after it, hid them).
+	if live := rdmatest.Resources(t); live["mr"] < st1.Arenas {
+		t.Errorf("rdma resource show lists %d MRs for this process; its pool has %d arenas", live["mr"], st1.Arenas)
+	}
 }
