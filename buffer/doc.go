@@ -7,7 +7,9 @@
 // registered once with a protection domain through a Registrar, so every
 // buffer carries the keys and device address the NIC needs. Get and Release
 // take no lock and allocate nothing once the pool has warmed up; only a Get
-// that needs a new arena takes the pool's mutex.
+// that needs a new arena takes the pool's mutex. Registering an arena takes
+// milliseconds, so code that must not stall takes buffers with TryGet
+// (never registers) and leaves the registration to Grow, run elsewhere.
 //
 // The package builds on every system Go supports, so code that holds Bufs
 // compiles, and its tests run, on a laptop too. Only Linux has huge pages
