@@ -73,9 +73,10 @@ type Side struct {
 	// Packet cases: each side's PacketConn, and on the client the server's address.
 	Packet *rdma.PacketConn
 	Peer   netip.AddrPort
-	Size   int // message size in bytes
-	Iters  int // timed messages (round trips for latency), as perftest's -n
-	Warmup int // untimed round trips before the timed ones (latency)
+	Size   int      // message size in bytes
+	Iters  int      // timed messages (round trips for latency), as perftest's -n
+	Warmup int      // untimed round trips before the timed ones (latency)
+	Slow   *slowLog // a latency client's log of slow round trips (nil: off)
 }
 
 // Sample is one run's result, in the metric's unit.
@@ -120,6 +121,7 @@ func pingPong(s *Side) (*Sample, error) {
 	msg := pattern(s.Size)
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
+		s.Slow.begin()
 		start := time.Now()
 		phase(phaseSend)
 		if _, err := s.Conn.Write(msg); err != nil {
@@ -130,9 +132,11 @@ func pingPong(s *Side) (*Sample, error) {
 			return nil, fmt.Errorf("read echo: %w", err)
 		}
 		phase(phaseOther)
+		d := time.Since(start)
 		if i >= s.Warmup {
-			rtts = append(rtts, time.Since(start))
+			rtts = append(rtts, d)
 		}
+		s.Slow.end(i, d)
 	}
 	return latencySample(rtts), nil
 }

@@ -56,6 +56,7 @@ func msgPingPong(s *Side) (*Sample, error) {
 	}
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
+		s.Slow.begin()
 		start := time.Now()
 		phase(phaseSend)
 		b, err := c.Alloc(s.Size)
@@ -73,9 +74,11 @@ func msgPingPong(s *Side) (*Sample, error) {
 		phase(phaseRelease)
 		r.Release()
 		phase(phaseOther)
+		d := time.Since(start)
 		if i >= s.Warmup {
-			rtts = append(rtts, time.Since(start))
+			rtts = append(rtts, d)
 		}
+		s.Slow.end(i, d)
 	}
 	return latencySample(rtts), nil
 }
@@ -178,6 +181,7 @@ func writePingPong(s *Side) (*Sample, error) {
 	}
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
+		s.Slow.begin()
 		start := time.Now()
 		if err := write(uint32(i)); err != nil {
 			return nil, err
@@ -190,9 +194,11 @@ func writePingPong(s *Side) (*Sample, error) {
 		if err := reap(); err != nil {
 			return nil, err
 		}
+		d := time.Since(start)
 		if i >= s.Warmup {
-			rtts = append(rtts, time.Since(start))
+			rtts = append(rtts, d)
 		}
+		s.Slow.end(i, d)
 	}
 	return latencySample(rtts), nil
 }

@@ -113,7 +113,14 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 		before = rc.Stats()
 		csw0, _ = ctxSwitches()
 	}
-	s, err := c.Run(&Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup})
+	side := &Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup}
+	if c.Metric == Latency && !serve {
+		if side.Slow, err = newSlowLog(c.Name, a.size, conn); err != nil {
+			return err
+		}
+		defer side.Slow.close()
+	}
+	s, err := c.Run(side)
 	if ours && err == nil {
 		m := perMessage(before, rc.Stats(), a.iters+a.warmup)
 		csw1, thr1 := ctxSwitches()
