@@ -59,6 +59,7 @@ func udPingPong(s *Side) (*Sample, error) {
 	msg := pattern(s.Size)
 	rtts := make([]time.Duration, 0, s.Iters)
 	for i := 0; i < s.Warmup+s.Iters; i++ {
+		s.Slow.begin()
 		start := time.Now()
 		if _, err := p.WriteToAddrPort(msg, s.Peer); err != nil {
 			return nil, fmt.Errorf("write: %w", err)
@@ -70,9 +71,11 @@ func udPingPong(s *Side) (*Sample, error) {
 		if n != s.Size {
 			return nil, fmt.Errorf("echo of %d bytes, want %d", n, s.Size)
 		}
+		d := time.Since(start)
 		if i >= s.Warmup {
-			rtts = append(rtts, time.Since(start))
+			rtts = append(rtts, d)
 		}
+		s.Slow.end(i, d)
 	}
 	if err := udStopServer(p, s.Peer); err != nil {
 		return nil, err
@@ -228,6 +231,11 @@ func runPacketChild(serve bool, connect string, c Case, a childArgs, addr string
 		fmt.Printf("ready %s\n", p.LocalAddr())
 	} else if side.Peer, err = netip.ParseAddrPort(connect); err != nil {
 		return fmt.Errorf("server address: %w", err)
+	} else if c.Metric == Latency {
+		if side.Slow, err = newSlowLog(c.Name, a.size, nil); err != nil {
+			return err
+		}
+		defer side.Slow.close()
 	}
 	stop, err := startProfile(serve)
 	if err != nil {
