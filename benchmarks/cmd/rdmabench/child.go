@@ -115,7 +115,11 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 	}
 	side := &Side{Server: serve, Conn: conn, Size: a.size, Iters: a.iters, Warmup: a.warmup}
 	if c.Metric == Latency && !serve {
-		if side.Slow, err = newSlowLog(c.Name, a.size, conn); err != nil {
+		name := c.Name
+		if a.network == "tcp" {
+			name += " (tcp baseline)"
+		}
+		if side.Slow, err = newSlowLog(name, a.size, conn); err != nil {
 			return err
 		}
 		defer side.Slow.close()
