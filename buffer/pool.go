@@ -85,7 +85,7 @@ type Stats struct {
 	ArenaBytes     int64    // mapped
 	InUseBytes     int64    // capacity of the buffers handed out (recyclers' included)
 	HighWaterBytes int64    // the most InUseBytes has been
-	Gets           uint64   // Get and GetWait calls
+	Gets           uint64   // Get and GetWait calls, and TryGets that found a buffer
 	Hits           uint64   // served from a free list
 	Misses         uint64   // needed a new arena
 	Grows          uint64   // arenas Grow mapped ahead of the Gets that need them
