@@ -197,17 +197,18 @@ func (c *Conn) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
 	return true
 }
 
-// growPoolLocked starts, unless one is running, a goroutine that registers
-// arenas of the rings' buffer size when a ring could not grow by need
-// buffers because the pool had fewer free (err is TryGet's), then tries the
-// receive window's growth again and wakes the writers, which retry theirs.
-// Called with c.mu held.
+// growPoolLocked starts a goroutine that registers arenas of the rings'
+// buffer size when a ring could not grow by need buffers because the pool
+// had fewer free (err is TryGet's), then tries the receive window's growth
+// again and wakes the writers, which retry theirs.
+// Called with c.mu held, by takeFreeLocked, which makes no attempt while
+// one is under way.
 //
 // At the pool's limit (Config.PoolMaxBytes) the rings stay as they are, and
 // for poolRetry no new attempt is made: each costs the pool a search for
 // arenas to take back from other sizes.
 func (c *Conn) growPoolLocked(err error, need int) {
-	if !errors.Is(err, buffer.ErrNoFree) || c.poolGrowing || c.released || c.poolFullLocked() {
+	if !errors.Is(err, buffer.ErrNoFree) || c.released {
 		return
 	}
 	c.poolGrowing = true
