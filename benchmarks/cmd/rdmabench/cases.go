@@ -132,13 +132,20 @@ func pingPong(s *Side) (*Sample, error) {
 			return nil, fmt.Errorf("read echo: %w", err)
 		}
 		phase(phaseOther)
-		d := time.Since(start)
-		if i >= s.Warmup {
-			rtts = append(rtts, d)
-		}
-		s.Slow.end(i, d)
+		rtts = s.done(rtts, i, start)
 	}
 	return latencySample(rtts), nil
+}
+
+// done ends round trip i, begun at start: its time is kept past the
+// warm-up, and logged if slow (Slow).
+func (s *Side) done(rtts []time.Duration, i int, start time.Time) []time.Duration {
+	d := time.Since(start)
+	s.Slow.end(i, d)
+	if i >= s.Warmup {
+		rtts = append(rtts, d)
+	}
+	return rtts
 }
 
 // latencySample turns round-trip times into one-way (halved) statistics in µs.

@@ -74,11 +74,7 @@ func msgPingPong(s *Side) (*Sample, error) {
 		phase(phaseRelease)
 		r.Release()
 		phase(phaseOther)
-		d := time.Since(start)
-		if i >= s.Warmup {
-			rtts = append(rtts, d)
-		}
-		s.Slow.end(i, d)
+		rtts = s.done(rtts, i, start)
 	}
 	return latencySample(rtts), nil
 }
@@ -194,11 +190,7 @@ func writePingPong(s *Side) (*Sample, error) {
 		if err := reap(); err != nil {
 			return nil, err
 		}
-		d := time.Since(start)
-		if i >= s.Warmup {
-			rtts = append(rtts, d)
-		}
-		s.Slow.end(i, d)
+		rtts = s.done(rtts, i, start)
 	}
 	return latencySample(rtts), nil
 }

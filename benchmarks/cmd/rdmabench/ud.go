@@ -71,11 +71,7 @@ func udPingPong(s *Side) (*Sample, error) {
 		if n != s.Size {
 			return nil, fmt.Errorf("echo of %d bytes, want %d", n, s.Size)
 		}
-		d := time.Since(start)
-		if i >= s.Warmup {
-			rtts = append(rtts, d)
-		}
-		s.Slow.end(i, d)
+		rtts = s.done(rtts, i, start)
 	}
 	if err := udStopServer(p, s.Peer); err != nil {
 		return nil, err
