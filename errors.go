@@ -50,3 +50,7 @@ var ErrCompletionsFull = errors.New("Completions() is full: receive the completi
 // ErrRemoteAccess: the remote side refused a one-sided access (outside the
 // exported range, without the right, or after the export ended).
 var ErrRemoteAccess = errors.New("remote access refused (outside the exported range, not permitted, or export closed)")
+
+// errInvalidWrite is WriteTo's answer (io.Copy's too) to an io.Writer that
+// reports more bytes written than it was given, or fewer than none.
+var errInvalidWrite = errors.New("invalid write result")

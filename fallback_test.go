@@ -104,7 +104,8 @@ func TestFallbackStream(t *testing.T) {
 	c, s, ln := fallbackPair(t, Config{BufferSize: 4096}, Config{})
 	defer ln.Close()
 
-	// 8 MiB each way at once, random write and read sizes, checked byte for byte.
+	// 8 MiB each way at once, random write and read sizes, checked byte for
+	// byte; read one way with Read, the other with WriteTo.
 	const total = 8 << 20
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -129,7 +130,15 @@ func TestFallbackStream(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			got, err := io.ReadAll(struct{ io.Reader }{r})
+			var got []byte
+			var err error
+			if seed == 1 {
+				got, err = io.ReadAll(struct{ io.Reader }{r})
+			} else { // the other way through WriteTo (io.Copy's path)
+				var b bytes.Buffer
+				_, err = r.WriteTo(&b)
+				got = b.Bytes()
+			}
 			if err != nil {
 				errs <- err
 				return

@@ -93,40 +93,123 @@ func (c *Conn) read(b []byte) (int, error) {
 	defer c.readMu.Unlock()
 	var w poller.Waiter
 	defer w.End()
+	queued, err := c.awaitData(&w, len(b) > 0)
+	if err != nil || !queued {
+		return 0, err
+	}
+	n := 0
+	if len(b) > 0 {
+		n = c.copyOut(b)
+	}
+	c.mu.Unlock()
+	return n, nil
+}
+
+// WriteTo writes what the peer sends to w until the peer's end of stream
+// (which is not an error here) or an error, and returns how many bytes w
+// took: io.Copy(w, conn) calls it. Each received chunk goes to w straight
+// from the receive buffer the NIC filled, so io.Copy needs no buffer of
+// its own (it would allocate 32 KiB per call) and the bytes are copied
+// once fewer than through Read. w must not keep the slice (io.Writer's
+// rule): the buffer is reposted for the peer when w.Write returns. The
+// read deadline bounds the waits for data, not w.Write. An error of w is
+// returned as w returned it.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	if c.tcp != nil {
+		return io.Copy(w, tcpReader{c.tcp})
+	}
+	n, werr, err := c.writeTo(w)
+	if werr != nil {
+		return n, werr
+	}
+	if err != nil {
+		err = c.opError("read", err)
+	}
+	return n, err
+}
+
+// writeTo is WriteTo's loop: it returns w's error apart from its own.
+func (c *Conn) writeTo(w io.Writer) (total int64, werr, err error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	var wt poller.Waiter
+	defer wt.End()
+	for {
+		if _, err := c.awaitData(&wt, true); err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return total, nil, err
+		}
+		m := c.rq[c.rqHead]
+		idx := m.buf
+		chunk := c.ep.recv[idx].Full()[m.off:m.n]
+		// Lent while w reads it: a concurrent Close's release must not
+		// give it back to the pool (recycleRecv's rule, below).
+		c.lent[idx] = true
+		c.mu.Unlock()
+		var n int
+		n, werr = w.Write(chunk)
+		if n < 0 || n > len(chunk) {
+			n, werr = 0, errInvalidWrite
+		} else if werr == nil && n < len(chunk) {
+			werr = io.ErrShortWrite
+		}
+		total += int64(n)
+		c.mu.Lock()
+		c.lent[idx] = false
+		if c.released { // Close ran meanwhile
+			freed := c.ringFreed // else release frees it with the ring
+			if freed {
+				c.ep.recv[idx].Free()
+			}
+			c.mu.Unlock()
+			if freed {
+				c.dev.bufReturned()
+			}
+			return total, werr, net.ErrClosed
+		}
+		c.consumeLocked(n) // the head is still this chunk: only the reader (readMu) takes it
+		c.mu.Unlock()
+		if werr != nil {
+			return total, werr, nil
+		}
+	}
+}
+
+// awaitData waits until received data is queued, driving the CQ while it
+// waits, and then returns true with c.mu held. Otherwise it returns
+// without c.mu: the reason reading stops (io.EOF at the end of stream,
+// Close, the deadline, a receive error), or, with block false, nothing
+// when no data is queued. The caller holds readMu.
+func (c *Conn) awaitData(w *poller.Waiter, block bool) (bool, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return 0, net.ErrClosed
+			return false, net.ErrClosed
 		}
 		if c.rdDeadline.expired() {
 			c.mu.Unlock()
-			return 0, os.ErrDeadlineExceeded
+			return false, os.ErrDeadlineExceeded
 		}
 		if c.rqLen > 0 {
-			if len(b) == 0 {
-				c.mu.Unlock()
-				return 0, nil
-			}
-			n := c.copyOut(b)
-			c.mu.Unlock()
-			return n, nil
+			return true, nil
 		}
 		if c.eof {
 			c.mu.Unlock()
-			return 0, io.EOF
+			return false, io.EOF
 		}
 		if c.rerr != nil {
 			err := c.rerr
 			c.mu.Unlock()
-			return 0, err
-		}
-		if len(b) == 0 {
-			c.mu.Unlock()
-			return 0, nil
+			return false, err
 		}
 		c.mu.Unlock()
-		if c.spinWait(&w, &c.rdSpin) {
+		if !block {
+			return false, nil
+		}
+		if c.spinWait(w, &c.rdSpin) {
 			continue
 		}
 		c.flushCredits()
@@ -138,8 +221,8 @@ func (c *Conn) read(b []byte) (int, error) {
 	}
 }
 
-// copyOut copies queued received bytes into b, reposting every buffer it
-// empties in one batch. Called with c.mu held.
+// copyOut copies queued data into b and takes back the receives it
+// emptied. Called with c.mu held and data queued.
 func (c *Conn) copyOut(b []byte) int {
 	n := 0
 	c.recvWRs = c.recvWRs[:0]
@@ -147,15 +230,31 @@ func (c *Conn) copyOut(b []byte) int {
 		m := &c.rq[c.rqHead]
 		k := copy(b[n:], c.ep.recv[m.buf].Full()[m.off:m.n])
 		n += k
-		m.off += k
-		if m.off == m.n {
-			c.recvWRs = append(c.recvWRs, c.ep.recvWR(m.buf))
-			c.rqHead = (c.rqHead + 1) % len(c.rq)
-			c.rqLen--
-		}
+		c.takeLocked(m, k)
 	}
 	c.repostLocked()
 	return n
+}
+
+// consumeLocked marks n bytes of the oldest queued chunk read (WriteTo
+// wrote them out) and takes its receive back once it is empty. Called with c.mu
+// held and data queued.
+func (c *Conn) consumeLocked(n int) {
+	c.recvWRs = c.recvWRs[:0]
+	c.takeLocked(&c.rq[c.rqHead], n)
+	c.repostLocked()
+}
+
+// takeLocked marks k more bytes of m, the oldest queued chunk, read; an
+// emptied chunk leaves the queue and its receive joins c.recvWRs for the
+// repost. Called with c.mu held.
+func (c *Conn) takeLocked(m *rxMsg, k int) {
+	m.off += k
+	if m.off == m.n {
+		c.recvWRs = append(c.recvWRs, c.ep.recvWR(m.buf))
+		c.rqHead = (c.rqHead + 1) % len(c.rq)
+		c.rqLen--
+	}
 }
 
 // repostLocked takes back the receives collected in c.recvWRs and

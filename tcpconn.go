@@ -413,6 +413,12 @@ func (t *tcpConn) writeErr() error {
 	return nil
 }
 
+// tcpReader is a fallback connection's stream as a plain io.Reader (so
+// io.Copy in WriteTo does not come back to WriteTo).
+type tcpReader struct{ t *tcpConn }
+
+func (r tcpReader) Read(b []byte) (int, error) { return r.t.read(b) }
+
 func (t *tcpConn) read(b []byte) (int, error) {
 	n, err := t.readStream(b)
 	if err != nil && err != io.EOF {

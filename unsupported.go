@@ -14,6 +14,7 @@ package rdma
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/netip"
 	"runtime"
@@ -68,6 +69,14 @@ var (
 func (c *Conn) Read(b []byte) (int, error) {
 	if c.tcp != nil {
 		return c.tcp.read(b)
+	}
+	return 0, opError("read")
+}
+
+// WriteTo fails: there is no RDMA in this build.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	if c.tcp != nil {
+		return io.Copy(w, tcpReader{c.tcp})
 	}
 	return 0, opError("read")
 }
