@@ -81,7 +81,6 @@ func (c *Conn) initMessages() {
 		c.msgFree = append(c.msgFree, i)
 	}
 	c.initOneSided()
-	c.initRendezvous()
 }
 
 // MaxMessageSize is the largest message Send accepts. Up to the peer's

@@ -35,7 +35,8 @@ import (
 // one that arrives behind a rendezvous still being read waits in the inbox.
 
 // rendezvousState is the state of large messages in both directions,
-// guarded by Conn.mu.
+// guarded by Conn.mu. The slices are nil until the direction's first large
+// message (initRendezvousIn, initRendezvousOut).
 type rendezvousState struct {
 	peerMaxMsg int         // largest message Send takes: peerBufSize, or more by rendezvous
 	rvMW       []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
@@ -100,7 +101,17 @@ func (c *Conn) maxRecvMessage() int {
 	return max(limit, c.cfg.BufferSize)
 }
 
-func (c *Conn) initRendezvous() {
+// The rendezvous state is made at a connection's first large message,
+// each direction's at its own first use (under c.mu): most connections
+// never send or receive one, and it was about 8 KB of the 38 KB of Go
+// memory each end of a connection allocated at set-up.
+
+// initRendezvousIn makes the state of incoming large messages, indexed by
+// the receive buffer that carried the announcement.
+func (c *Conn) initRendezvousIn() {
+	if c.rvIn != nil {
+		return
+	}
 	c.rvIn = make([]rvRecv, c.ep.maxRecv)
 	c.bigSlots = make([]bigSlot, c.ep.maxRecv)
 	for i := range c.bigSlots {
@@ -109,16 +120,25 @@ func (c *Conn) initRendezvous() {
 	c.bigRefs = buffer.NewRecyclerRefs(len(c.bigSlots), func(i int) buffer.Recycler { return &c.bigSlots[i] })
 	c.inbox = make([]int, c.ep.maxRecv)
 	c.rvDone = make([]uint32, 0, c.ep.maxRecv)
+	c.rvCtx, c.rvCancel = context.WithCancel(context.Background())
+}
+
+// initRendezvousOut makes the state of outgoing large messages, indexed
+// by send slot.
+func (c *Conn) initRendezvousOut() {
+	if c.rvMW != nil {
+		return
+	}
 	c.rvInval = make([]int, 0, c.ep.maxMsgs)
 	c.rvMW = make([]*verbs.MW, c.ep.maxMsgs)
 	c.rvSending = make([]bool, c.ep.maxMsgs)
-	c.rvCtx, c.rvCancel = context.WithCancel(context.Background())
 }
 
 // sendRendezvousLocked lends b to the peer through send slot slot's window
 // and announces it. The caller reserved the slot, a credit and two
 // send-queue entries.
 func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
+	c.initRendezvousOut()
 	mw := c.rvMW[slot]
 	if mw == nil {
 		var err error
@@ -185,6 +205,7 @@ func (c *Conn) rendezvousInLocked(idx, n int) {
 		return
 	}
 	c.lent[idx] = true // held until the message is released
+	c.initRendezvousIn()
 	c.rvIn[idx] = rvRecv{state: rvNeedBuf, desc: d}
 	c.inboxPushLocked(idx)
 	c.rvStalled++
@@ -337,7 +358,9 @@ func (c *Conn) drainInboxLocked() {
 // them until the QP is destroyed); undelivered messages' receive buffers go
 // back with the receive ring.
 func (c *Conn) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
-	c.rvCancel()
+	if c.rvCancel != nil {
+		c.rvCancel()
+	}
 	for ; c.inLen > 0; c.inLen-- {
 		idx := c.inbox[c.inHead]
 		c.inHead = (c.inHead + 1) % len(c.inbox)
