@@ -148,6 +148,7 @@ func (c *Conn) writeTo(w io.Writer) (total int64, werr, err error) {
 		// give it back to the pool (recycleRecv's rule, below).
 		c.lent[idx] = true
 		c.mu.Unlock()
+		wt.End() // the next chunk's wait is one of its own, with a fresh spin budget (as each Read's)
 		var n int
 		n, werr = w.Write(chunk)
 		if n < 0 || n > len(chunk) {

@@ -55,6 +55,11 @@ func init() {
 	// receive window starts at 4 credits and grows to the default 64, so
 	// this shows what autotuning reaches against the fixed -depth rings.
 	register(Case{Name: "conn-stream-default", Metric: Bandwidth, Run: stream, DefaultConfig: true})
+	// The same stream read through io.Copy (Conn.WriteTo): each received
+	// chunk goes to the writer straight from its receive buffer, with no
+	// copy into a buffer of the reader's; the writer here only counts, as
+	// perftest's receiver never touches the data either.
+	register(Case{Name: "conn-stream-copy", Metric: Bandwidth, Run: streamCopy})
 	register(Case{Name: "conn-msgrate", Metric: Rate, Run: msgRate, TCP: true})
 }
 
@@ -194,6 +199,47 @@ func stream(s *Side) (*Sample, error) {
 		return &Sample{Value: float64(bytes) / el.Seconds() / 1e6}, nil
 	}
 	return nil, send(s.Conn, s.Size, s.Iters)
+}
+
+// streamCopy: stream, with the server taking the bytes through
+// io.Copy(counter, conn), which Conn.WriteTo serves.
+func streamCopy(s *Side) (*Sample, error) {
+	if !s.Server {
+		return nil, send(s.Conn, s.Size, s.Iters)
+	}
+	sink := &countSink{total: int64(s.Size) * int64(s.Iters)}
+	if _, err := io.Copy(sink, s.Conn); !errors.Is(err, errAllCounted) {
+		return nil, fmt.Errorf("io.Copy after %d of %d bytes: %v", sink.got, sink.total, err)
+	}
+	el := time.Since(sink.start)
+	if counted := sink.got - sink.first; counted == 0 || el <= 0 {
+		return nil, fmt.Errorf("all %d bytes arrived in the first chunk: too few to time (raise the iterations)", sink.total)
+	}
+	if _, err := s.Conn.Write([]byte{1}); err != nil {
+		return nil, fmt.Errorf("write acknowledgement: %w", err)
+	}
+	return &Sample{Value: float64(sink.got-sink.first) / el.Seconds() / 1e6}, nil
+}
+
+// countSink counts what io.Copy hands it and stops the copy (errAllCounted)
+// once total bytes came. Its clock starts at the first chunk, whose bytes
+// are not counted, as receive's at the first read.
+type countSink struct {
+	total, got, first int64
+	start             time.Time
+}
+
+var errAllCounted = errors.New("every byte counted")
+
+func (w *countSink) Write(p []byte) (int, error) {
+	if w.start.IsZero() {
+		w.start, w.first = time.Now(), int64(len(p))
+	}
+	w.got += int64(len(p))
+	if w.got >= w.total {
+		return len(p), errAllCounted
+	}
+	return len(p), nil
 }
 
 // msgRate: the client writes Iters messages of Size (64) bytes, each its own
