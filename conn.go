@@ -327,10 +327,10 @@ func (c *Conn) release() error {
 	// Messages and notifications delivered but never received go back now
 	// (Messages() and Notifications() are closed, so this ends): a peer
 	// that sends and disconnects must not pin this side's memory.
-	for b := range c.msgs {
+	for b := range c.mq.ch { // made and closed by closeMessagesLocked
 		b.Release()
 	}
-	for n := range c.notes {
+	for n := range c.nq.ch {
 		n.Release()
 	}
 	for e := range exports {

@@ -18,7 +18,8 @@ import "sync/atomic"
 // receive buffer, each value holds one (or its credit), so a push never
 // blocks the poller.
 type lendQueue[T any] struct {
-	ch      chan T // what Messages() / Notifications() return
+	ch      chan T // what Messages() / Notifications() return; made at its first use (chanLocked)
+	size    int    // ch's room: every value that can be out at once
 	ring    []T
 	head, n int
 	viaChan atomic.Bool // the user took ch (written under Conn.mu, read without it by the getter)
@@ -27,9 +28,19 @@ type lendQueue[T any] struct {
 }
 
 // newLendQueue makes a queue with room for n values; its ring is made at
-// the first push (a connection that never uses the view pays nothing).
+// the first push, its channel when the user takes it or the connection
+// ends (a connection that never uses the view pays for neither).
 func newLendQueue[T any](n int) lendQueue[T] {
-	return lendQueue[T]{ch: make(chan T, n)}
+	return lendQueue[T]{size: n}
+}
+
+// chanLocked returns ch, made now if this is its first use. Called with
+// Conn.mu held.
+func (q *lendQueue[T]) chanLocked() chan T {
+	if q.ch == nil {
+		q.ch = make(chan T, q.size)
+	}
+	return q.ch
 }
 
 // userChan hands q's channel to the user (Messages, Notifications,
@@ -60,7 +71,7 @@ func (q *lendQueue[T]) push(v T) {
 	if q.n == len(q.ring) { // the first push; or full, which cannot happen (as a full channel could not), but never lose a value
 		q.ring = append(q.ring[q.head:], q.ring[:q.head]...)
 		q.head = 0
-		q.ring = append(q.ring, make([]T, max(len(q.ring), cap(q.ch)))...)
+		q.ring = append(q.ring, make([]T, max(len(q.ring), q.size))...)
 	}
 	q.ring[(q.head+q.n)%len(q.ring)] = v
 	q.n++
@@ -88,8 +99,9 @@ func (q *lendQueue[T]) toChan() {
 	if q.viaChan.Load() {
 		return
 	}
+	q.chanLocked()
 	q.flush()
-	q.viaChan.Store(true)
+	q.viaChan.Store(true) // after ch is set: userChan reads it without Conn.mu once it sees this
 }
 
 // flush moves the ring into ch, and closes ch if the end came. Called
@@ -97,11 +109,14 @@ func (q *lendQueue[T]) toChan() {
 func (q *lendQueue[T]) flush() {
 	if !q.chDone {
 		for v, ok := q.pop(); ok; v, ok = q.pop() {
-			q.ch <- v
+			q.chanLocked() <- v
 		}
 	}
 	if q.ended && !q.chDone {
 		q.chDone = true
+		if q.ch == nil {
+			q.ch = make(chan T) // closed before any value: it needs no room
+		}
 		close(q.ch)
 	}
 }

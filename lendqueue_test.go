@@ -102,3 +102,30 @@ func TestLendQueueGrows(t *testing.T) {
 		t.Fatalf("popped %v, want [1 100 2 3 4]", got)
 	}
 }
+
+// The channel is made only when it is needed: a queue whose user never
+// takes it and that ends empty gets a closed channel with no room; one
+// that ends with values waiting gets its full room when they move into it.
+func TestLendQueueChannelMadeLazily(t *testing.T) {
+	q := newLendQueue[int](4)
+	q.push(1)
+	if v, ok := q.pop(); !ok || v != 1 || q.ch != nil {
+		t.Fatalf("pop = %d, %v, channel made %v; want 1, true and no channel", v, ok, q.ch != nil)
+	}
+	q.end()
+	if got, closed := drain(q.ch); q.ch == nil || cap(q.ch) != 0 || len(got) != 0 || !closed {
+		t.Fatalf("after an empty end: channel %v (room %d) gave %v, closed %v; want an empty closed channel", q.ch != nil, cap(q.ch), got, closed)
+	}
+
+	q = newLendQueue[int](4)
+	q.push(1)
+	q.push(2)
+	q.end()
+	if q.ch != nil {
+		t.Fatal("the end made the channel while values wait in the ring")
+	}
+	q.toChan() // release, or the user taking it
+	if got, closed := drain(q.ch); cap(q.ch) != 4 || !equal(got, []int{1, 2}) || !closed {
+		t.Fatalf("channel (room %d) gave %v, closed %v; want room 4, [1 2], closed", cap(q.ch), got, closed)
+	}
+}

@@ -39,8 +39,6 @@ import (
 type messageState struct {
 	mq         lendQueue[buffer.Buf]   // lendqueue.go: received messages until Recv or Messages() takes them
 	nq         lendQueue[Notification] // ... notifications, until RecvNotification or Notifications()
-	msgs       chan buffer.Buf         // mq.ch: what Messages() returns
-	notes      chan Notification       // nq.ch
 	msgsClosed bool
 	slots      []recvSlot
 	slotRefs   []buffer.RecyclerRef // slots[i], prepared for SetRecyclerRef
@@ -63,7 +61,6 @@ func (c *Conn) initMessages() {
 	n := c.ep.maxRecv
 	c.mq = newLendQueue[buffer.Buf](n)   // at most n receive buffers can be lent at once
 	c.nq = newLendQueue[Notification](n) // likewise
-	c.msgs, c.notes = c.mq.ch, c.nq.ch
 	c.slots = make([]recvSlot, n)
 	c.lent = make([]bool, n)
 	for i := range c.slots {
@@ -345,11 +342,9 @@ again:
 	if ctx != nil {
 		done = ctx.Done()
 	}
-	ch := q.ch
-	if wake != nil {
-		// Ring mode: woken by any state change (a delivery, the user taking
-		// the channel, the end); receive looks again.
-		ch = nil
+	var ch chan T // ring mode: woken by any state change (a delivery, the user taking the channel, the end); receive looks again
+	if wake == nil {
+		ch = q.ch // the user took it (viaChan), so it is made
 	}
 	select {
 	case v, ok := <-ch:

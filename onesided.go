@@ -36,7 +36,7 @@ import (
 // completion is sure to fit Completions(). Only the poller sends on it
 // (under c.mu, held here) and the user only takes from it, so the check
 // stays true until the operation is posted.
-func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < cap(c.opDone) }
+func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < c.oq.size }
 
 // Access is what the peer may do to an exported buffer.
 type Access int
@@ -211,7 +211,6 @@ type oneSidedState struct {
 	ops      []opSlot
 	opFree   []int
 	oq       lendQueue[OpCompletion] // lendqueue.go: ends of asynchronous operations until RecvCompletion or Completions() takes them
-	opDone   chan OpCompletion       // oq.ch: what Completions() returns
 	asyncOut int                     // asynchronous operations posted whose completion is not yet queued
 	exports  map[*Export]struct{}
 }
@@ -251,7 +250,6 @@ func (c *Conn) initOneSided() {
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
 	c.oq = newLendQueue[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
-	c.opDone = c.oq.ch
 	c.exports = make(map[*Export]struct{})
 }
 
