@@ -96,10 +96,6 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		eventsDone: make(chan struct{}),
 		rdDeadline: makeDeadline(),
 		wrDeadline: makeDeadline(),
-		sendWRs:    make([]verbs.SendWR, 0, cfg.SendBuffers),
-		writeSlots: make([]int, 0, cfg.SendBuffers),
-		recvWRs:    make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
-		recvReady:  make([]verbs.RecvWR, 0, cfg.RecvBuffers+maxRendezvous+ctlRecvReserve),
 	}
 	ep, err := newEndpoint(id, cfg, c.countCompletions)
 	if err != nil {

@@ -70,6 +70,16 @@ func (c *Conn) initMessages() {
 	for i := range c.ep.recv {
 		c.ep.recv[i].SetRecyclerRef(&c.slotRefs[i])
 	}
+	c.initOneSided()
+}
+
+// initSendSlotsLocked makes the message view's send slots at the first
+// Send (or PostSend): a connection that only streams never needs them.
+// Called with c.mu held.
+func (c *Conn) initSendSlotsLocked() {
+	if c.msgSend != nil {
+		return
+	}
 	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
 	c.msgAsync = make([]bool, c.ep.maxMsgs)
 	c.msgID = make([]uint64, c.ep.maxMsgs)
@@ -77,7 +87,6 @@ func (c *Conn) initMessages() {
 	for i := c.ep.maxMsgs - 1; i >= 0; i-- {
 		c.msgFree = append(c.msgFree, i)
 	}
-	c.initOneSided()
 }
 
 // MaxMessageSize is the largest message Send accepts. Up to the peer's
@@ -196,6 +205,7 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
 	}
 	large := b.Len() > c.peerBufSize
+	c.initSendSlotsLocked()
 	for {
 		if err := c.writeErrLocked(); err != nil {
 			return err

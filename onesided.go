@@ -242,11 +242,6 @@ type Notification struct {
 func (n Notification) Release() error { return n.buf.Release() }
 
 func (c *Conn) initOneSided() {
-	c.ops = make([]opSlot, c.ep.maxOps)
-	c.opFree = make([]int, 0, c.ep.maxOps)
-	for i := len(c.ops) - 1; i >= 0; i-- {
-		c.opFree = append(c.opFree, i) // each slot's done channel is made at its first use
-	}
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
 	c.oq = newLendQueue[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
@@ -415,6 +410,13 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 // credit to spare when needCredit, and takes the slot. Called with c.mu
 // held; returns with it held.
 func (c *Conn) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, needCredit bool) (int, error) {
+	if c.ops == nil { // the first one-sided operation: most connections never make one
+		c.ops = make([]opSlot, c.ep.maxOps)
+		c.opFree = make([]int, 0, c.ep.maxOps)
+		for i := len(c.ops) - 1; i >= 0; i-- {
+			c.opFree = append(c.opFree, i) // each slot's done channel is made at its first use
+		}
+	}
 	for {
 		if err := c.writeErrLocked(); err != nil && !(async && err == os.ErrDeadlineExceeded) {
 			return 0, err

@@ -110,7 +110,7 @@ func (c *Conn) postFlushLocked() {
 func (c *Conn) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
 		len(c.sendFree) < min(signalEvery, len(c.ep.send)) ||
-		len(c.msgFree) < signalEvery
+		c.msgFree != nil && len(c.msgFree) < signalEvery // nil: the message view never sent
 }
 
 // sqPopLocked takes back the last n pushed requests (their post failed).

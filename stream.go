@@ -461,6 +461,7 @@ func (c *Conn) write(b []byte) (int, error) {
 		c.credits -= k
 		c.sqReserved += k // queue positions are taken at the post, in posting order
 		slots := append(c.writeSlots[:0], c.sendFree[len(c.sendFree)-k:]...)
+		c.writeSlots = slots[:0] // grown once to what a Write needs, then reused
 		c.sendFree = c.sendFree[:len(c.sendFree)-k]
 		sendBufs := c.ep.send // the ring may grow (a new slice) once c.mu is dropped
 		c.mu.Unlock()
@@ -478,6 +479,7 @@ func (c *Conn) write(b []byte) (int, error) {
 			}
 			wrs = append(wrs, wr)
 		}
+		c.sendWRs = wrs[:0] // as writeSlots
 		c.mu.Lock()
 		unused := k - len(wrs)
 		c.sendSeq -= uint64(unused)
