@@ -213,7 +213,12 @@ func startChannel(ch *C.struct_rdma_event_channel, file *os.File) *Channel {
 		ch:     ch,
 		file:   file,
 		ids:    make(map[*C.struct_rdma_cm_id]*ID),
-		events: make(chan Event, 16),
+		// A connection's channel carries a handful of events in its whole
+		// life, each read at once by the goroutine waiting for it; a
+		// listener's burst of connect requests waits in the kernel's channel
+		// (its loop reads on as room frees). Room for 16 was 1.4 KB of each
+		// connection end's set-up allocations.
+		events: make(chan Event, 4),
 		done:   make(chan struct{}),
 	}
 	c.reusable.Store(true)
