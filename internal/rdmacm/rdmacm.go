@@ -210,9 +210,9 @@ func NewChannel() (*Channel, error) {
 
 func startChannel(ch *C.struct_rdma_event_channel, file *os.File) *Channel {
 	c := &Channel{
-		ch:     ch,
-		file:   file,
-		ids:    make(map[*C.struct_rdma_cm_id]*ID),
+		ch:   ch,
+		file: file,
+		ids:  make(map[*C.struct_rdma_cm_id]*ID),
 		// A connection's channel carries a handful of events in its whole
 		// life, each read at once by the goroutine waiting for it; a
 		// listener's burst of connect requests waits in the kernel's channel
