@@ -123,7 +123,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		return n, werr
 	}
 	if err != nil {
-		err = c.opError("read", err)
+		err = c.opError("writeto", err) // as net.TCPConn.WriteTo names it
 	}
 	return n, err
 }
