@@ -22,7 +22,7 @@ func TestWriteTo(t *testing.T) {
 	c, s, ln := connPair(t, nil)
 	defer ln.Close()
 	defer s.Close()
-	data := make([]byte, 5<<20+123)
+	data := make([]byte, 1<<20+123)
 	rand.New(rand.NewSource(7)).Read(data)
 	go func() {
 		c.Write(data)
