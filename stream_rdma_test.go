@@ -29,11 +29,10 @@ func TestWriteTo(t *testing.T) {
 		c.CloseWrite()
 	}()
 	var got bytes.Buffer
-	var w io.Writer = &got
 	if _, ok := any(s).(io.WriterTo); !ok {
 		t.Fatal("*Conn is not an io.WriterTo")
 	}
-	n, err := io.Copy(onlyWriter{w}, s) // onlyWriter: no ReadFrom, so io.Copy must take WriteTo
+	n, err := io.Copy(struct{ io.Writer }{&got}, s) // no ReadFrom: io.Copy must take WriteTo
 	if err != nil || n != int64(len(data)) {
 		t.Fatalf("io.Copy: %d, %v; want %d, nil", n, err, len(data))
 	}
@@ -45,11 +44,6 @@ func TestWriteTo(t *testing.T) {
 	}
 	c.Close()
 }
-
-// onlyWriter hides every method of its writer but Write.
-type onlyWriter struct{ w io.Writer }
-
-func (o onlyWriter) Write(b []byte) (int, error) { return o.w.Write(b) }
 
 // limitWriter takes up to room bytes, then fails with err (or, with err
 // nil, reports a short write).
