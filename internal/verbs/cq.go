@@ -102,6 +102,34 @@ static int get_cq_event(struct ibv_comp_channel *ch) {
 	if (ibv_get_cq_event(ch, &cq, &ctx) == 0) return 1;
 	return errno == EAGAIN ? 0 : -errno;
 }
+
+// The fast-call forms of arming a CQ and of taking an event from its
+// channel (fastcall.go). Both return at once: arming is a flag in the
+// provider (on Soft-RoCE a system call that sets it), and the channel's fd
+// is non-blocking.
+typedef struct {
+	struct ibv_cq *cq;
+	int32_t ret;
+} notify_args;
+
+static void notify_fast(void *p) {
+	notify_args *a = p;
+	a->ret = ibv_req_notify_cq(a->cq, 0);
+}
+
+static void *notify_fast_fn(void) { return (void *)notify_fast; }
+
+typedef struct {
+	struct ibv_comp_channel *ch;
+	int32_t ret;
+} event_args;
+
+static void event_fast(void *p) {
+	event_args *a = p;
+	a->ret = get_cq_event(a->ch);
+}
+
+static void *event_fast_fn(void) { return (void *)event_fast; }
 */
 import "C"
 
@@ -221,12 +249,21 @@ func (ch *CompChannel) Fd() int { return int(ch.ch.fd) }
 // GetEvent consumes one pending CQ event without blocking. It returns ok=false
 // when none is pending. Each event must be acknowledged with CQ.AckEvents.
 func (ch *CompChannel) GetEvent() (ok bool, err error) {
-	ret := C.get_cq_event(ch.ch)
+	var ret C.int
+	if fastCalls {
+		a := C.event_args{ch: ch.ch}
+		asmcgocall(eventFastFn, unsafe.Pointer(&a))
+		ret = C.int(a.ret)
+	} else {
+		ret = C.get_cq_event(ch.ch)
+	}
 	if ret < 0 {
 		return false, errnoErr("ibv_get_cq_event", nil, ret)
 	}
 	return ret == 1, nil
 }
+
+var eventFastFn = unsafe.Pointer(C.event_fast_fn())
 
 // Close destroys the channel. Idempotent; all CQs using it must be closed first.
 func (ch *CompChannel) Close() error {
@@ -327,11 +364,21 @@ func (q *CQ) poll(wcs []WC, tries int) int {
 
 // ReqNotify arms the CQ: the next completion raises an event on its channel.
 func (q *CQ) ReqNotify() error {
-	if ret := C.ibv_req_notify_cq(q.cq, 0); ret != 0 {
+	var ret C.int
+	if fastCalls {
+		a := C.notify_args{cq: q.cq}
+		asmcgocall(notifyFastFn, unsafe.Pointer(&a))
+		ret = C.int(a.ret)
+	} else {
+		ret = C.ibv_req_notify_cq(q.cq, 0)
+	}
+	if ret != 0 {
 		return errnoErr("ibv_req_notify_cq", nil, ret)
 	}
 	return nil
 }
+
+var notifyFastFn = unsafe.Pointer(C.notify_fast_fn())
 
 // GotEvent records one event received from the channel for this CQ; events
 // are acknowledged in batches (ibv_ack_cq_events takes a mutex).

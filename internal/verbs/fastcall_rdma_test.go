@@ -9,12 +9,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestCallPaths runs the data path's calls (PostRecv, PostSend,
-// PostRecvSend, Poll, PollTries) through fast calls and through cgo: the
-// same exchange, the same completions and bytes, and the same error for a
-// post the provider refuses.
+// PostRecvSend, Poll, PollTries, ReqNotify, GetEvent) through fast calls and
+// through cgo: the same exchange, the same completions, bytes and events, and
+// the same error for a post the provider refuses.
 func TestCallPaths(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fast", false: "cgo"}[fast], func(t *testing.T) {
@@ -29,7 +30,10 @@ func TestCallPaths(t *testing.T) {
 			mr, err := pd.RegMR(mem, AccessLocalWrite)
 			must(t, err)
 			defer mr.Close()
-			cq, err := ctx.CreateCQ(64, nil)
+			ch, err := ctx.CreateCompChannel()
+			must(t, err)
+			defer ch.Close()
+			cq, err := ctx.CreateCQ(64, ch)
 			must(t, err)
 			defer cq.Close()
 			cfg := QPConfig{Type: QPTypeRC, SendCQ: cq, RecvCQ: cq, SendWR: 16, RecvWR: 16}
@@ -105,6 +109,44 @@ func TestCallPaths(t *testing.T) {
 			}
 			if !bytes.Equal(mem[recvBase+8*1024:recvBase+8*1024+5], []byte("reply")) {
 				t.Fatal("reply not received")
+			}
+
+			// Arm the CQ: no event before a completion, one after (the
+			// channel's fd is non-blocking: GetEvent never waits).
+			must(t, cq.ReqNotify())
+			if ok, err := ch.GetEvent(); err != nil || ok {
+				t.Fatalf("GetEvent before any completion: %v, %v; want none", ok, err)
+			}
+			copy(mem[17*1024:], "event")
+			must(t, a.PostSend([]SendWR{{WRID: 500, Addr: mr.Addr() + 17*1024, Len: 5, LKey: mr.LKey, Opcode: OpSend, Flags: SendSignaled}}))
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				ok, err := ch.GetEvent()
+				must(t, err)
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no CQ event within 10 s of a completion on the armed CQ")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cq.GotEvent()
+			sent, got104 := false, false // b's receive is 104, the first of its first batch left
+			for !sent || !got104 {
+				n, err := cq.Poll(wcs)
+				must(t, err)
+				for _, wc := range wcs[:n] {
+					must(t, wc.Err())
+					sent = sent || wc.WRID == 500
+					got104 = got104 || wc.WRID == 104 && bytes.Equal(mem[recvBase+4*1024:recvBase+4*1024+5], []byte("event"))
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("completions within 10 s: send %v, receive %v", sent, got104)
+				}
+			}
+			if ok, err := ch.GetEvent(); err != nil || ok {
+				t.Fatalf("GetEvent with the CQ not armed again: %v, %v; want none", ok, err)
 			}
 
 			// A batch the provider refuses part of: two sends, then an

@@ -182,8 +182,19 @@ func TestQPPairSendRecv(t *testing.T) {
 	}
 }
 
-// TestUDPair brings up a UD pair (qkey, no destination in the QP) and sends through an AH.
+// TestUDPair brings up a UD pair (qkey, no destination in the QP) and sends
+// through an AH, with PostSendUD as a fast call and through cgo.
 func TestUDPair(t *testing.T) {
+	for _, fast := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fast", false: "cgo"}[fast], func(t *testing.T) {
+			old := SetFastCalls(fast)
+			defer SetFastCalls(old)
+			testUDPair(t)
+		})
+	}
+}
+
+func testUDPair(t *testing.T) {
 	ctx, port, dev, gid := testDevice(t)
 	lim := port.Limits(dev)
 	pd, err := ctx.AllocPD()
