@@ -153,9 +153,13 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 // few samples to tell functions of a few percent apart). The runtime then
 // prints a harmless "cannot set cpu profile rate" warning.
 func startProfile(serve bool) (stop func(), err error) {
+	stopBlock, err := startBlockProfile(serve)
+	if err != nil {
+		return nil, err
+	}
 	prefix := os.Getenv("RDMABENCH_CPUPROFILE")
 	if prefix == "" {
-		return func() {}, nil
+		return stopBlock, nil
 	}
 	if hz, err := strconv.Atoi(os.Getenv("RDMABENCH_CPUPROFILE_HZ")); err == nil && hz > 0 {
 		runtime.SetCPUProfileRate(hz)
@@ -166,7 +170,28 @@ func startProfile(serve bool) (stop func(), err error) {
 		return nil, err
 	}
 	pprof.StartCPUProfile(f)
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return func() { pprof.StopCPUProfile(); f.Close(); stopBlock() }, nil
+}
+
+// startBlockProfile: RDMABENCH_BLOCKPROFILE=prefix records every blocking
+// event of each child (runtime.SetBlockProfileRate(1)) and writes the
+// profile to prefix.server / prefix.client: which select a parked wait sat
+// in, how often and how long (go tool pprof -sample_index=contentions).
+func startBlockProfile(serve bool) (stop func(), err error) {
+	prefix := os.Getenv("RDMABENCH_BLOCKPROFILE")
+	if prefix == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
+	if err != nil {
+		return nil, err
+	}
+	runtime.SetBlockProfileRate(1)
+	return func() {
+		runtime.SetBlockProfileRate(0)
+		pprof.Lookup("block").WriteTo(f, 0)
+		f.Close()
+	}, nil
 }
 
 // profiling is set while a CPU profile is written: the latency clients
