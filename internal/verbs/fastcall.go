@@ -25,8 +25,8 @@ import (
 // called back into Go would be a bug. Everything else (device set-up,
 // events, queries) goes through cgo as usual.
 //
-// Arming a CQ (ibv_req_notify_cq) and taking an event from its
-// non-blocking channel (ibv_get_cq_event) go the same way. Through cgo each
+// Arming a CQ (ibv_req_notify_cq), taking an event from its non-blocking
+// channel (ibv_get_cq_event) and the UD posts go the same way. Through cgo each
 // was a system call in the runtime's syscall state, and with GOMAXPROCS 1
 // the runtime's monitor thread (sysmon) takes the P from any such call it
 // sees twice and hands it to another thread; each call it takes also keeps

@@ -148,22 +148,6 @@ static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uin
 	return ret > 0 ? -ret : ret;
 }
 
-// The fast-call form of post_send_ud.
-typedef struct {
-	struct ibv_qp *qp;
-	struct ibv_ah *ah;
-	uint64_t wr_id, addr;
-	uint32_t rqpn, qkey, len, lkey;
-	int32_t ret;
-} post_ud_args;
-
-static void post_ud_fast(void *p) {
-	post_ud_args *a = p;
-	a->ret = post_send_ud(a->qp, a->ah, a->rqpn, a->qkey, a->wr_id, a->addr, a->len, a->lkey);
-}
-
-static void *post_ud_fast_fn(void) { return (void *)post_ud_fast; }
-
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, int type,
 		uint32_t send_wr, uint32_t recv_wr, uint32_t inline_data, uint32_t *max_inline) {
 	struct ibv_qp_init_attr a;
@@ -571,23 +555,12 @@ func (a *AH) Close() error {
 
 // PostSendUD posts one signaled UD send to (ah, remote QPN, qkey).
 func (q *QP) PostSendUD(ah *AH, rqpn, qkey uint32, wrid, addr uint64, length, lkey uint32) error {
-	var ret C.int
-	if fastCalls {
-		a := C.post_ud_args{qp: q.qp, ah: ah.ah, wr_id: C.uint64_t(wrid), addr: C.uint64_t(addr),
-			rqpn: C.uint32_t(rqpn), qkey: C.uint32_t(qkey), len: C.uint32_t(length), lkey: C.uint32_t(lkey)}
-		asmcgocall(postUDFastFn, unsafe.Pointer(&a))
-		ret = C.int(a.ret)
-	} else {
-		ret = C.post_send_ud(q.qp, ah.ah, C.uint32_t(rqpn), C.uint32_t(qkey), C.uint64_t(wrid),
-			C.uint64_t(addr), C.uint32_t(length), C.uint32_t(lkey))
-	}
-	if ret != 0 {
+	if ret := C.post_send_ud(q.qp, ah.ah, C.uint32_t(rqpn), C.uint32_t(qkey), C.uint64_t(wrid),
+		C.uint64_t(addr), C.uint32_t(length), C.uint32_t(lkey)); ret != 0 {
 		return errnoErr("ibv_post_send UD", nil, ret)
 	}
 	return nil
 }
-
-var postUDFastFn = unsafe.Pointer(C.post_ud_fast_fn())
 
 func ahToC(a *AHAttr, c *C.struct_ibv_ah_attr) {
 	c.dlid = C.uint16_t(a.DLID)

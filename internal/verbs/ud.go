@@ -84,6 +84,21 @@ static int ud_post_recv(struct ibv_qp *qp, goudrecv *in, int n) {
 	return -((ret > 0 ? ret : -ret) + 256 * bad);
 }
 
+// The fast-call form of ud_post_send / ud_post_recv (fastcall.go).
+typedef struct {
+	struct ibv_qp *qp;
+	goudsend *sin;
+	goudrecv *rin;
+	int32_t n, ret;
+} ud_post_args;
+
+static void ud_post_fast(void *p) {
+	ud_post_args *a = p;
+	a->ret = a->sin ? ud_post_send(a->qp, a->sin, a->n) : ud_post_recv(a->qp, a->rin, a->n);
+}
+
+static void *ud_post_fast_fn(void) { return (void *)ud_post_fast; }
+
 static struct ibv_qp *ud_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
 		uint32_t send_wr, uint32_t recv_wr, uint32_t inline_data, uint32_t *max_inline) {
 	struct ibv_qp_init_attr a;
@@ -168,7 +183,7 @@ func (q *QP) PostSendUDs(wrs []UDSendWR) error {
 		n := min(len(wrs), udBatch)
 		q.posts.Add(1)
 		q.sendPosts.Add(1)
-		if ret := C.ud_post_send(q.qp, (*C.goudsend)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
+		if ret := q.udPost(&wrs[0], nil, n); ret != 0 {
 			return postError("ibv_post_send UD", q.Num, -ret)
 		}
 		q.wrsPosted.Add(uint64(n))
@@ -195,7 +210,7 @@ func (q *QP) PostRecvUDs(wrs []UDRecvWR) error {
 		n := min(len(wrs), udBatch)
 		q.posts.Add(1)
 		q.recvPosts.Add(1)
-		if ret := C.ud_post_recv(q.qp, (*C.goudrecv)(unsafe.Pointer(&wrs[0])), C.int(n)); ret != 0 {
+		if ret := q.udPost(nil, &wrs[0], n); ret != 0 {
 			return postError("ibv_post_recv UD", q.Num, -ret)
 		}
 		q.wrsPosted.Add(uint64(n))
@@ -203,6 +218,23 @@ func (q *QP) PostRecvUDs(wrs []UDRecvWR) error {
 		wrs = wrs[n:]
 	}
 	return nil
+}
+
+var udPostFastFn = unsafe.Pointer(C.ud_post_fast_fn())
+
+// udPost posts n UD sends (from s) or receives (from r) in one call into C
+// and returns its code (0, or negative: see ud_post_send).
+func (q *QP) udPost(s *UDSendWR, r *UDRecvWR, n int) C.int {
+	sin, rin := (*C.goudsend)(unsafe.Pointer(s)), (*C.goudrecv)(unsafe.Pointer(r))
+	if fastCalls {
+		a := C.ud_post_args{qp: q.qp, sin: sin, rin: rin, n: C.int32_t(n)}
+		asmcgocall(udPostFastFn, unsafe.Pointer(&a))
+		return C.int(a.ret)
+	}
+	if s != nil {
+		return C.ud_post_send(q.qp, sin, C.int(n))
+	}
+	return C.ud_post_recv(q.qp, rin, C.int(n))
 }
 
 // AHAttrFromC converts a struct ibv_ah_attr (e.g. the one an rdma_cm UD

@@ -183,7 +183,7 @@ func TestQPPairSendRecv(t *testing.T) {
 }
 
 // TestUDPair brings up a UD pair (qkey, no destination in the QP) and sends
-// through an AH, with PostSendUD as a fast call and through cgo.
+// through an AH, with the posts as fast calls and through cgo.
 func TestUDPair(t *testing.T) {
 	for _, fast := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fast", false: "cgo"}[fast], func(t *testing.T) {
@@ -208,10 +208,10 @@ func testUDPair(t *testing.T) {
 	must(t, err)
 	defer cq.Close()
 	cfg := QPConfig{Type: QPTypeUD, SendCQ: cq, RecvCQ: cq, SendWR: 4, RecvWR: 4}
-	a, err := pd.CreateQP(cfg)
+	a, err := pd.CreateUDQP(cfg) // two scatter/gather entries a request, as a PacketConn's
 	must(t, err)
 	defer a.Close()
-	b, err := pd.CreateQP(cfg)
+	b, err := pd.CreateUDQP(cfg)
 	must(t, err)
 	defer b.Close()
 	connectPair(t, QPTypeUD, port, lim, gid, a, b)
@@ -237,6 +237,26 @@ func testUDPair(t *testing.T) {
 	}
 	if r := got[2]; r.ByteLen != uint32(40+len(msg)) || !bytes.Equal(mem[4096+40:4096+40+len(msg)], msg) {
 		t.Fatalf("UD receive %+v, payload %q", r, mem[4096+40:4096+40+len(msg)])
+	}
+
+	// The PacketConn's form: a header and a payload in two scatter/gather
+	// entries each way (PostSendUDs, PostRecvUDs).
+	copy(mem[1024:], "HDR12345")
+	copy(mem[2048:], "payload!")
+	must(t, b.PostRecvUDs([]UDRecvWR{{WRID: 4, HdrAddr: mr.Addr() + 6144, HdrLen: 48, HdrLKey: mr.LKey,
+		Addr: mr.Addr() + 7168, Len: 1024, LKey: mr.LKey}}))
+	wr := UDSendWR{WRID: 3, HdrAddr: mr.Addr() + 1024, HdrLen: 8, HdrLKey: mr.LKey, Addr: mr.Addr() + 2048, Len: 8, LKey: mr.LKey,
+		Flags: SendSignaled, RemoteQPN: b.Num, QKey: 0x11111111}
+	wr.SetAH(ah)
+	must(t, a.PostSendUDs([]UDSendWR{wr}))
+	got = map[uint64]WC{}
+	for len(got) < 2 {
+		wc := pollOne(t, cq)
+		must(t, wc.Err())
+		got[wc.WRID] = wc
+	}
+	if r := got[4]; r.ByteLen != 40+16 || string(mem[6144+40:6144+48]) != "HDR12345" || string(mem[7168:7176]) != "payload!" {
+		t.Fatalf("UD receive %+v: header %q, payload %q", r, mem[6144+40:6144+48], mem[7168:7176])
 	}
 }
 
