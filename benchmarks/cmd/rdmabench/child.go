@@ -151,7 +151,8 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 // returned func stops it. RDMABENCH_CPUPROFILE_HZ sets the sampling rate
 // (default 100 Hz, pprof's; a few seconds of a ping-pong at 100 Hz are too
 // few samples to tell functions of a few percent apart). The runtime then
-// prints a harmless "cannot set cpu profile rate" warning.
+// prints a harmless "cannot set cpu profile rate" warning. The block
+// profile (startBlockProfile) starts and stops with it.
 func startProfile(serve bool) (stop func(), err error) {
 	stopBlock, err := startBlockProfile(serve)
 	if err != nil {
@@ -165,8 +166,9 @@ func startProfile(serve bool) (stop func(), err error) {
 		runtime.SetCPUProfileRate(hz)
 	}
 	profiling = true
-	f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
+	f, err := os.Create(profilePath(prefix, serve))
 	if err != nil {
+		stopBlock()
 		return nil, err
 	}
 	pprof.StartCPUProfile(f)
@@ -182,7 +184,7 @@ func startBlockProfile(serve bool) (stop func(), err error) {
 	if prefix == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(prefix + map[bool]string{true: ".server", false: ".client"}[serve])
+	f, err := os.Create(profilePath(prefix, serve))
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +194,14 @@ func startBlockProfile(serve bool) (stop func(), err error) {
 		pprof.Lookup("block").WriteTo(f, 0)
 		f.Close()
 	}, nil
+}
+
+// profilePath is a child's profile file: prefix.server or prefix.client.
+func profilePath(prefix string, serve bool) string {
+	if serve {
+		return prefix + ".server"
+	}
+	return prefix + ".client"
 }
 
 // profiling is set while a CPU profile is written: the latency clients
