@@ -149,6 +149,43 @@ func TestCallPaths(t *testing.T) {
 				t.Fatalf("GetEvent with the CQ not armed again: %v, %v; want none", ok, err)
 			}
 
+			// 64 more armed completions: the 64th event received is
+			// acknowledged in a batch (GotEvent's call); the one left is
+			// acknowledged by Close, whose ibv_destroy_cq would wait for
+			// ever on a miscounted acknowledgement.
+			for i := range 64 {
+				must(t, cq.ReqNotify())
+				must(t, b.PostRecv([]RecvWR{{WRID: uint64(600 + i), Addr: mr.Addr() + recvBase + 9*1024, Len: 1024, LKey: mr.LKey}}))
+				must(t, a.PostSend([]SendWR{{WRID: uint64(700 + i), Addr: mr.Addr() + 17*1024, Len: 5, LKey: mr.LKey, Opcode: OpSend, Flags: SendSignaled}}))
+				deadline := time.Now().Add(10 * time.Second)
+				for {
+					ok, err := ch.GetEvent()
+					must(t, err)
+					if ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("event %d: none within 10 s of a completion on the armed CQ", i)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				cq.GotEvent()
+				for left := 2; left > 0; { // the send's and a receive's (b's oldest)
+					n, err := cq.Poll(wcs)
+					must(t, err)
+					for _, wc := range wcs[:n] {
+						must(t, wc.Err())
+						left--
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: %d completions missing after 10 s", i, left)
+					}
+				}
+			}
+			if cq.unack != 1 {
+				t.Fatalf("%d events unacknowledged after 65, want 1 (64 acknowledged in one batch)", cq.unack)
+			}
+
 			// A batch the provider refuses part of: two sends, then an
 			// inline one larger than the QP's inline limit (0 here). The
 			// first two go out (the peer has receives for them), the error
