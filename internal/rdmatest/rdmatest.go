@@ -8,6 +8,7 @@
 package rdmatest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -59,7 +60,10 @@ func Scale(d time.Duration) time.Duration {
 // Resources counts this process's RDMA objects by kind (qp, cq, mr, pd,
 // cm_id) as the kernel reports them (`rdma resource show KIND`). The kernel
 // names the creating thread, not the process, so objects are matched by the
-// command name (test binaries run one at a time under make test).
+// command name (test binaries run one at a time under make test). The five
+// listings come from one run of `rdma -b -` (batch mode, commands on stdin):
+// starting a process is the slow part in the emulated guest (about 0.2 s
+// each), and the leak checks call this three times per test.
 func Resources(t testing.TB) map[string]int {
 	t.Helper()
 	runSettle()
@@ -67,20 +71,42 @@ func Resources(t testing.TB) map[string]int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := " comm " + strings.TrimSpace(string(comm)) + " "
-	out := map[string]int{}
-	for _, kind := range []string{"qp", "cq", "mr", "pd", "cm_id"} {
-		b, err := exec.Command("rdma", "resource", "show", kind).CombinedOutput()
-		if err != nil {
-			t.Fatalf("rdma resource show %s: %v: %s", kind, err, b)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line+" ", pid) {
-				out[kind]++
-			}
-		}
+	cmd := exec.Command("rdma", "-b", "-")
+	cmd.Stdin = strings.NewReader("resource show qp\nresource show cq\nresource show mr\nresource show pd\nresource show cm_id\n")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("rdma -b - (resource show qp, cq, mr, pd, cm_id): %v: %s", err, b)
+	}
+	out, err := countResources(string(b), strings.TrimSpace(string(comm)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
+}
+
+// resourceKinds maps the field that follows the device in each listing's
+// lines ("link rxe0/1 lqpn 17 ...", "dev rxe0 cqn 1 ...") to its kind.
+var resourceKinds = map[string]string{"lqpn": "qp", "cqn": "cq", "mrn": "mr", "pdn": "pd", "cm-idn": "cm_id"}
+
+// countResources counts the lines of `rdma resource show` listings whose
+// command is comm, by kind. A line of no known kind is an error: the
+// counts would silently miss a kind if iproute2 changed its format.
+func countResources(listing, comm string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, line := range strings.Split(listing, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		kind, ok := resourceKinds[f[min(2, len(f)-1)]]
+		if !ok {
+			return nil, fmt.Errorf("rdma resource show: a line of no known kind: %q", line)
+		}
+		if strings.Contains(line+" ", " comm "+comm+" ") {
+			out[kind]++
+		}
+	}
+	return out, nil
 }
 
 // Settle, if set, runs before Resources, CheckNoLeaks and WaitGoroutines
