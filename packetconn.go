@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/coarseclock"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
@@ -71,8 +72,8 @@ type PacketConn struct {
 	hdrBytes    []byte              // hdr encoded: the private data of our SIDR answers
 	replyBySIDR bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
 	maxPeers    int                 // udMaxPeers when made
-	ttlTicks    int64               // udPeerTTL when made, in coarseClock ticks
-	clock       bool                // holds a coarseClock reference
+	ttlTicks    int64               // udPeerTTL when made, in coarseclock ticks
+	clock       bool                // holds a coarseclock reference
 	closing     chan struct{}       // closed by Close
 	eventsDone  chan struct{}       // closed when eventLoop exits
 
@@ -147,7 +148,7 @@ type udPeer struct {
 	maxPayload int   // the largest payload the peer accepts
 	inflight   int   // sends through ah posted and not retired, and sends about to post
 	evicted    bool  // out of the cache: ah is destroyed when inflight reaches 0
-	news       int64 // coarseNow() when it was last resolved or heard from
+	news       int64 // coarseclock.Now() when it was last resolved or heard from
 	refreshing bool  // a resolution for it is running
 }
 
@@ -206,7 +207,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		sendWRs:     make([]verbs.UDSendWR, 1),
 		replyBySIDR: forceReplyBySIDR,
 		maxPeers:    udMaxPeers,
-		ttlTicks:    max(1, int64((udPeerTTL+coarseTick-1)/coarseTick)),
+		ttlTicks:    max(1, int64((udPeerTTL+coarseclock.Tick-1)/coarseclock.Tick)),
 	}
 	go p.eventLoop()
 	defer func() {
@@ -214,7 +215,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 			p.teardown()
 		}
 	}()
-	if err = acquireCoarseClock(); err != nil {
+	if err = coarseclock.Acquire(); err != nil {
 		return nil, err
 	}
 	p.clock = true
@@ -786,7 +787,7 @@ func (p *PacketConn) parseLocked(wc *verbs.WC, idx int) (netip.AddrPort, bool) {
 func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, maxPayload int, g *wire.GRH) {
 	e, ok := p.peers.get(from)
 	if ok && e.qpn == srcQP {
-		e.news = coarseNow()
+		e.news = coarseclock.Now()
 		e.maxPayload = maxPayload
 		return
 	}
@@ -920,7 +921,7 @@ func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort) (*udPeer, e
 				}
 				e.ah = ah
 			}
-			if !e.refreshing && coarseNow()-e.news > p.ttlTicks {
+			if !e.refreshing && coarseclock.Now()-e.news > p.ttlTicks {
 				e.refreshing = true
 				p.bg.Add(1)
 				go p.refresh(e)
@@ -996,7 +997,7 @@ func (p *PacketConn) refresh(old *udPeer) {
 	if err != nil {
 		// Keep sending to the address known; a send after another TTL
 		// without news tries again.
-		old.news = coarseNow()
+		old.news = coarseclock.Now()
 		return
 	}
 	if p.released || old.evicted {
@@ -1011,7 +1012,7 @@ func (p *PacketConn) refresh(old *udPeer) {
 // addPeerLocked caches e (evicting the least recently used beyond
 // udMaxPeers).
 func (p *PacketConn) addPeerLocked(e *udPeer) {
-	e.news = coarseNow()
+	e.news = coarseclock.Now()
 	p.peers.put(e.addr, e)
 }
 
@@ -1256,7 +1257,7 @@ func (p *PacketConn) teardown() error {
 		p.dev.bufReturned()
 	}
 	if p.clock {
-		releaseCoarseClock()
+		coarseclock.Release()
 	}
 	return errors.Join(errs...)
 }

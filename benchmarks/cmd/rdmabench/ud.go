@@ -37,7 +37,7 @@ var udStop = []byte{}
 // the address each datagram came from. No read deadline is set while
 // timing (as conn-pingpong sets none: a pending deadline is a runtime timer,
 // which makes the scheduler read the clock at every turn of a spinning
-// wait; see packet_clock.go): a datagram lost (none is expected on one
+// wait; see internal/coarseclock): a datagram lost (none is expected on one
 // host) hangs the run until the harness's -timeout kills it.
 func udPingPong(s *Side) (*Sample, error) {
 	p := s.Packet

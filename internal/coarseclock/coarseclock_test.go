@@ -1,6 +1,6 @@
-//go:build linux && cgo
+//go:build linux
 
-package rdma
+package coarseclock
 
 import (
 	"runtime"
@@ -8,30 +8,30 @@ import (
 	"time"
 )
 
-// The coarse clock ticks while it has users, stops with the last one
-// (its goroutine ends), and starts again for the next.
-func TestCoarseClock(t *testing.T) {
+// The clock ticks while it has users, stops with the last one (its
+// goroutine ends), and starts again for the next.
+func TestClock(t *testing.T) {
 	g := runtime.NumGoroutine()
 	for round := range 2 {
-		if err := acquireCoarseClock(); err != nil {
+		if err := Acquire(); err != nil {
 			t.Fatal(err)
 		}
-		if err := acquireCoarseClock(); err != nil { // a second user shares it
+		if err := Acquire(); err != nil { // a second user shares it
 			t.Fatal(err)
 		}
-		start := coarseNow()
+		start := Now()
 		deadline := time.Now().Add(5 * time.Second)
-		for coarseNow() < start+2 {
+		for Now() < start+2 {
 			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the clock did not advance two ticks in 5 s (at %d)", round, coarseNow())
+				t.Fatalf("round %d: the clock did not advance two ticks in 5 s (at %d)", round, Now())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		releaseCoarseClock()
-		if coarseClock.file == nil {
+		Release()
+		if clock.file == nil {
 			t.Fatal("stopped while a user remained")
 		}
-		releaseCoarseClock()
+		Release()
 		deadline = time.Now().Add(5 * time.Second)
 		for runtime.NumGoroutine() > g {
 			if time.Now().After(deadline) {
