@@ -17,6 +17,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -83,9 +84,7 @@ func Acquire() error {
 // from its deep sleep into 20 us rounds that preempt a caller spinning on
 // its completion queue (seen in the datagram ping-pong: 460-680 wake-ups a
 // second from four ticks).
-func readExpirations(rc interface {
-	Read(func(fd uintptr) bool) error
-}) (uint64, error) {
+func readExpirations(rc syscall.RawConn) (uint64, error) {
 	var b [8]byte
 	var errno unix.Errno
 	err := rc.Read(func(fd uintptr) bool {
