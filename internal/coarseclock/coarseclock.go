@@ -82,7 +82,7 @@ func Acquire() error {
 // never blocks (the fd is non-blocking), and a read through os.File enters
 // the system call state, which wakes the runtime's monitor thread (sysmon)
 // from its deep sleep into 20 us rounds that preempt a caller spinning on
-// its completion queue (seen in the datagram ping-pong: 460-680 wake-ups a
+// its completion queue (seen in the datagram ping-pong: 380-680 wake-ups a
 // second from four ticks).
 func readExpirations(rc syscall.RawConn) (uint64, error) {
 	var b [8]byte
