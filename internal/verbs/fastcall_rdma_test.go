@@ -119,18 +119,8 @@ func TestCallPaths(t *testing.T) {
 			}
 			copy(mem[17*1024:], "event")
 			must(t, a.PostSend([]SendWR{{WRID: 500, Addr: mr.Addr() + 17*1024, Len: 5, LKey: mr.LKey, Opcode: OpSend, Flags: SendSignaled}}))
+			awaitEvent(t, ch, "the first armed completion")
 			deadline := time.Now().Add(10 * time.Second)
-			for {
-				ok, err := ch.GetEvent()
-				must(t, err)
-				if ok {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("no CQ event within 10 s of a completion on the armed CQ")
-				}
-				time.Sleep(time.Millisecond)
-			}
 			cq.GotEvent()
 			sent, got104 := false, false // b's receive is 104, the first of its first batch left
 			for !sent || !got104 {
@@ -157,18 +147,8 @@ func TestCallPaths(t *testing.T) {
 				must(t, cq.ReqNotify())
 				must(t, b.PostRecv([]RecvWR{{WRID: uint64(600 + i), Addr: mr.Addr() + recvBase + 9*1024, Len: 1024, LKey: mr.LKey}}))
 				must(t, a.PostSend([]SendWR{{WRID: uint64(700 + i), Addr: mr.Addr() + 17*1024, Len: 5, LKey: mr.LKey, Opcode: OpSend, Flags: SendSignaled}}))
+				awaitEvent(t, ch, fmt.Sprintf("event %d", i))
 				deadline := time.Now().Add(10 * time.Second)
-				for {
-					ok, err := ch.GetEvent()
-					must(t, err)
-					if ok {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("event %d: none within 10 s of a completion on the armed CQ", i)
-					}
-					time.Sleep(time.Millisecond)
-				}
 				cq.GotEvent()
 				for left := 2; left > 0; { // the send's and a receive's (b's oldest)
 					n, err := cq.Poll(wcs)
@@ -205,5 +185,23 @@ func TestCallPaths(t *testing.T) {
 			}
 			t.Logf("refused as expected: %v", err)
 		})
+	}
+}
+
+// awaitEvent takes the event a completion on an armed CQ raises, polling
+// the non-blocking channel for up to 10 s.
+func awaitEvent(t *testing.T, ch *CompChannel, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := ch.GetEvent()
+		must(t, err)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no CQ event within 10 s of a completion on the armed CQ", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
