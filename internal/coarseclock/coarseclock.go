@@ -43,28 +43,26 @@ func Acquire() error {
 	c := &clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.users++; c.users > 1 {
+	if c.users > 0 {
+		c.users++
 		return nil
 	}
 	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		c.users--
 		return os.NewSyscallError("timerfd_create", err)
 	}
 	tick := unix.NsecToTimespec(int64(Tick))
 	if err := unix.TimerfdSettime(fd, 0, &unix.ItimerSpec{Interval: tick, Value: tick}, nil); err != nil {
 		unix.Close(fd)
-		c.users--
 		return os.NewSyscallError("timerfd_settime", err)
 	}
 	f := os.NewFile(uintptr(fd), "packetconn-clock")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		c.users--
 		return err
 	}
-	c.file = f
+	c.users, c.file = 1, f
 	go func() {
 		for {
 			n, err := readExpirations(rc)

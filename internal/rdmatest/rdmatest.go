@@ -98,7 +98,11 @@ func countResources(listing, comm string) (map[string]int, error) {
 		if len(f) == 0 {
 			continue
 		}
-		kind, ok := resourceKinds[f[min(2, len(f)-1)]]
+		var kind string
+		ok := len(f) > 2
+		if ok {
+			kind, ok = resourceKinds[f[2]]
+		}
 		if !ok {
 			return nil, fmt.Errorf("rdma resource show: a line of no known kind: %q", line)
 		}

@@ -26,17 +26,19 @@ import (
 // rdma_cm and async events, queries) goes through cgo as usual.
 //
 // Arming a CQ (ibv_req_notify_cq), taking an event from its non-blocking
-// channel (ibv_get_cq_event) and the UD posts go the same way. Through cgo
-// each was a system call in the runtime's syscall state, and with
-// GOMAXPROCS 1 the runtime's monitor thread (sysmon) takes the P from any
-// such call it sees twice and hands it to another thread; each call it
-// takes, or that wakes it from a deep sleep, keeps it waking every 20 us.
-// In the Soft-RoCE guest, where these calls take tens of microseconds, a 64
-// B Conn ping-pong whose waits sometimes parked (each park arms the CQ, each
-// wake-up takes an event) had the monitor wake 7,800-9,300 times a second
-// on the client's only CPU, each time preempting the thread that ran the
-// ping-pong (0.4-1.3 involuntary context switches per round trip); with
-// these calls fast, 400-1,500 times a second (README, Figures, session 15).
+// channel (ibv_get_cq_event), acknowledging events (ibv_ack_cq_events) and
+// the UD posts go the same way. Through cgo each ran in the runtime's
+// syscall state, and with GOMAXPROCS 1 the runtime's monitor thread
+// (sysmon) takes the P from any such call it sees twice and hands it to
+// another thread; each call it takes, or that wakes it from a deep sleep,
+// keeps it waking every 20 us. In the Soft-RoCE guest, where these calls
+// take tens of microseconds, a 64 B Conn ping-pong whose waits sometimes
+// parked (each park arms the CQ, each wake-up takes an event) had the
+// monitor wake 7,800-9,300 times a second on the client's only CPU, each
+// time preempting the thread that ran the ping-pong (0.4-1.3 involuntary
+// context switches per round trip); with arming, taking events and the UD
+// posts fast, 400-1,500 times a second (README, Figures, session 15), and
+// none once the acknowledgement was fast too (session 16).
 //
 // VERBLINE_CGO=safe in the environment turns the fast calls off: every call
 // then goes through cgo (for debugging, or a platform where the fast path
