@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,6 +13,10 @@ type deadline struct {
 	mu     sync.Mutex
 	timer  *time.Timer
 	cancel chan struct{} // closed when the deadline passes
+	// passed is set just before cancel is closed and cleared when a new
+	// cancel replaces a closed one: expired reads it without the mutex,
+	// since a waiting caller asks on every turn of its spin loop.
+	passed atomic.Bool
 }
 
 func makeDeadline() deadline { return deadline{cancel: make(chan struct{})} }
@@ -29,18 +34,26 @@ func (d *deadline) set(t time.Time) {
 	if t.IsZero() {
 		if closed {
 			d.cancel = make(chan struct{})
+			d.passed.Store(false)
 		}
 		return
 	}
 	if dur := time.Until(t); dur > 0 {
 		if closed {
 			d.cancel = make(chan struct{})
+			d.passed.Store(false)
 		}
 		cancel := d.cancel
-		d.timer = time.AfterFunc(dur, func() { close(cancel) })
+		d.timer = time.AfterFunc(dur, func() {
+			// Before the close: set waits for the close (the timer's
+			// Stop failed) before it clears passed for a new deadline.
+			d.passed.Store(true)
+			close(cancel)
+		})
 		return
 	}
 	if !closed {
+		d.passed.Store(true)
 		close(d.cancel)
 	}
 }
@@ -52,7 +65,8 @@ func (d *deadline) wait() chan struct{} {
 	return d.cancel
 }
 
-func (d *deadline) expired() bool { return isClosedChan(d.wait()) }
+// expired reports whether the deadline has passed: one atomic load.
+func (d *deadline) expired() bool { return d.passed.Load() }
 
 func isClosedChan(c <-chan struct{}) bool {
 	select {

@@ -517,8 +517,8 @@ func (c *Conn) write(b []byte) (int, error) {
 			}
 		}
 		c.mu.Unlock()
-		if err != nil {
-			return written, err
+		if err != nil || len(b) == 0 {
+			return written, err // all posted: no second look at the state
 		}
 	}
 }
