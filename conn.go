@@ -405,6 +405,7 @@ func (c *Conn) eventLoop() {
 			// Receives completed before the disconnect stay readable; the
 			// flush marks the end (io.EOF if the peer sent end-of-stream).
 			c.qpDownLocked()
+			c.broadcast() // werr may be new though the QP was down already (a flush came first)
 			c.mu.Unlock()
 			if ev.Type == rdmacm.EventDisconnected {
 				c.id.Disconnect() // answer the peer's DREQ

@@ -313,8 +313,11 @@ func TestDeadlines(t *testing.T) {
 		t.Fatalf("read with past deadline: %v", err)
 	}
 	// A blocked Read times out, and extending the deadline works.
-	c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	// start is taken before the deadline is computed: a stall of the
+	// emulated guest between the two would otherwise count against the
+	// Read (make test saw 35 ms between start and a 50 ms deadline once).
 	start := time.Now()
+	c.SetReadDeadline(start.Add(50 * time.Millisecond))
 	_, err := c.Read(buf)
 	if !isTimeout(err) {
 		t.Fatalf("read: %v, want timeout", err)

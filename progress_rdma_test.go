@@ -16,8 +16,9 @@ import (
 // TestParkWakeStress guards the caller-driven completion design against
 // lost wake-ups: several connections on one shared CQ, ping-ponging with a
 // spin budget so small that most waits park (and, in event mode, all of
-// them), while a channel consumer selects on Messages() on the same CQ. A
-// lost wake-up hangs a round trip; the test fails on its deadline.
+// them), one streaming faster than its credits allow (Write parks for
+// credit), while a channel consumer selects on Messages() on the same CQ.
+// A lost wake-up hangs a round trip; the test fails on its deadline.
 func TestParkWakeStress(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -32,7 +33,7 @@ func TestParkWakeStress(t *testing.T) {
 			defer ln.Close()
 			type pair struct{ c, s *Conn }
 			pairs := []pair{{c0, s0}}
-			for i := 0; i < 3; i++ {
+			for i := 0; i < 4; i++ {
 				c, s := dialAgain(t, ln, &cfg)
 				pairs = append(pairs, pair{c, s})
 			}
@@ -69,6 +70,42 @@ func TestParkWakeStress(t *testing.T) {
 					p.c.CloseWrite()
 				}()
 			}
+			// A stream one way: the writer outruns its 8 credits, so
+			// Write parks for credit while the reader parks for data.
+			bulk := pairs[4]
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 3000)
+				for r := 0; r < rounds; r++ {
+					for j := range buf {
+						buf[j] = byte(r + j)
+					}
+					if _, err := bulk.c.Write(buf); err != nil {
+						errc <- err
+						return
+					}
+				}
+				bulk.c.CloseWrite()
+			}()
+			go func() {
+				defer wg.Done()
+				got, err := io.ReadAll(bulk.s)
+				if err != nil {
+					errc <- err
+					return
+				}
+				if len(got) != rounds*3000 {
+					errc <- fmt.Errorf("stream: %d bytes arrived, want %d", len(got), rounds*3000)
+					return
+				}
+				for i, b := range got {
+					if r, j := i/3000, i%3000; b != byte(r+j) {
+						errc <- fmt.Errorf("stream: byte %d is %d, want %d", i, b, byte(r+j))
+						return
+					}
+				}
+			}()
 			// A consumer that only selects on Messages(): no caller drives
 			// the CQ for it, the poller must.
 			p := pairs[3]
@@ -113,6 +150,11 @@ func TestParkWakeStress(t *testing.T) {
 			t.Logf("%s: parks %d, poller wake-ups %d, caller polls %d", tc.name, st.Parks, st.PollerWakeups, st.InlinePolls)
 			if st.Parks == 0 {
 				t.Fatal("no wait parked: the test did not exercise the park path")
+			}
+			stalls := bulk.c.counts.creditStalls.Load()
+			t.Logf("%s: stream writer: credit stalls %d", tc.name, stalls)
+			if stalls == 0 {
+				t.Fatal("the stream's writer never waited for credit: the test did not exercise Write's wait")
 			}
 		})
 	}
