@@ -17,6 +17,7 @@ package rdmacm
 #include <stdlib.h>
 #include <string.h>
 #include <rdma/rdma_cma.h>
+#include "fastcall.h"
 
 typedef struct {
 	struct rdma_cm_id *id;
@@ -50,6 +51,21 @@ static int get_event(struct rdma_event_channel *ch, goevent *out, uint8_t *priv,
 	rdma_ack_cm_event(ev);
 	return 1;
 }
+
+// get_event's fast form (fastcall.go).
+typedef struct {
+	struct rdma_event_channel *ch;
+	goevent *out;
+	uint8_t *priv;
+	int cap, ret;
+} get_event_args;
+
+static void get_event_fast(void *p) {
+	get_event_args *a = p;
+	a->ret = get_event(a->ch, a->out, a->priv, a->cap);
+}
+
+static void *get_event_fast_fn(void) { return (void *)get_event_fast; }
 
 static int set_nonblock(int fd) {
 	int fl = fcntl(fd, F_GETFL);
@@ -235,6 +251,8 @@ func (c *Channel) Events() <-chan Event { return c.events }
 // before Events is closed, so a reader that saw Events close sees it.
 func (c *Channel) Err() error { return c.err.Load() }
 
+var getEventFastFn = unsafe.Pointer(C.get_event_fast_fn())
+
 func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 	defer close(c.events)
 	rc, err := c.file.SyscallConn()
@@ -247,7 +265,13 @@ func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
 	for {
 		var got C.int
 		err := rc.Read(func(uintptr) bool {
-			got = C.get_event(ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
+			if fast() {
+				a := C.get_event_args{ch: ch, out: &ev, priv: (*C.uint8_t)(unsafe.Pointer(&priv[0])), cap: C.int(len(priv))}
+				asmcgocall(getEventFastFn, unsafe.Pointer(&a))
+				got = a.ret
+			} else {
+				got = C.get_event(ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
+			}
 			return got != 0
 		})
 		select {
@@ -351,7 +375,14 @@ func (i *ID) do(op string, f func(*C.struct_rdma_cm_id) C.int) error {
 // CreateID creates an id in the TCP port space on c.
 func (c *Channel) CreateID() (*ID, error) {
 	var id *C.struct_rdma_cm_id
-	if ret := C.create_id(c.ch, &id); ret != 0 {
+	var ret C.int
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_CREATE_ID, ch: c.ch, idp: &id}
+		ret = callFast(&a)
+	} else {
+		ret = C.create_id(c.ch, &id)
+	}
+	if ret != 0 {
 		return nil, fmt.Errorf("rdma_create_id: %w", syscall.Errno(-ret))
 	}
 	i := &ID{id: id, ch: c}
@@ -367,9 +398,16 @@ func (i *ID) Migrate(c *Channel) error {
 	c.mu.Lock()
 	c.ids[i.id] = i
 	c.mu.Unlock()
-	if err := i.do("rdma_migrate_id", func(id *C.struct_rdma_cm_id) C.int {
-		return C.rdma_migrate_id_e(id, c.ch)
-	}); err != nil {
+	var err error
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_MIGRATE, ch: c.ch}
+		err = i.doFast("rdma_migrate_id", &a)
+	} else {
+		err = i.do("rdma_migrate_id", func(id *C.struct_rdma_cm_id) C.int {
+			return C.rdma_migrate_id_e(id, c.ch)
+		})
+	}
+	if err != nil {
 		c.mu.Lock()
 		delete(c.ids, i.id)
 		c.mu.Unlock()
@@ -453,6 +491,10 @@ func (i *ID) ResolveAddr(src, dst netip.AddrPort, timeoutMS int) error {
 		ssa, freeSrc = toSockaddr(src)
 		defer freeSrc()
 	}
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_RESOLVE_ADDR, src: (*C.struct_sockaddr)(ssa), dst: (*C.struct_sockaddr)(dsa), arg: C.int(timeoutMS)}
+		return i.doFast("rdma_resolve_addr "+dst.String(), &a)
+	}
 	if ret := C.rdma_resolve_addr_e(i.id, (*C.struct_sockaddr)(ssa), (*C.struct_sockaddr)(dsa), C.int(timeoutMS)); ret != 0 {
 		return fmt.Errorf("rdma_resolve_addr %s: %w", dst, syscall.Errno(-ret))
 	}
@@ -461,6 +503,10 @@ func (i *ID) ResolveAddr(src, dst netip.AddrPort, timeoutMS int) error {
 
 // ResolveRoute starts route resolution; EventRouteResolved follows.
 func (i *ID) ResolveRoute(timeoutMS int) error {
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_RESOLVE_ROUTE, arg: C.int(timeoutMS)}
+		return i.doFast("rdma_resolve_route", &a)
+	}
 	if ret := C.rdma_resolve_route_e(i.id, C.int(timeoutMS)); ret != 0 {
 		return fmt.Errorf("rdma_resolve_route: %w", syscall.Errno(-ret))
 	}
@@ -491,6 +537,18 @@ func (i *ID) connParam(accept bool, p ConnParam) error {
 	if accept {
 		op = "rdma_accept"
 	}
+	if fast() {
+		cp := C.struct_rdma_conn_param{
+			private_data: priv, private_data_len: C.uint8_t(len(p.PrivateData)),
+			responder_resources: C.uint8_t(p.ResponderResources), initiator_depth: C.uint8_t(p.InitiatorDepth),
+			retry_count: C.uint8_t(p.RetryCount), rnr_retry_count: C.uint8_t(p.RNRRetryCount), qp_num: C.uint32_t(p.QPNum),
+		}
+		fa := C.cm_fast_args{op: C.CM_CONNECT, param: &cp}
+		if accept {
+			fa.op = C.CM_ACCEPT
+		}
+		return i.doFast(op, &fa)
+	}
 	return i.do(op, func(id *C.struct_rdma_cm_id) C.int {
 		return C.conn_param_call(a, id, priv, C.int(len(p.PrivateData)), C.uint8_t(p.ResponderResources),
 			C.uint8_t(p.InitiatorDepth), C.uint8_t(p.RetryCount), C.uint8_t(p.RNRRetryCount), C.uint32_t(p.QPNum))
@@ -505,6 +563,10 @@ func (i *ID) Accept(p ConnParam) error { return i.connParam(true, p) }
 
 // Establish completes an active connection whose QP the caller moved to RTS.
 func (i *ID) Establish() error {
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_ESTABLISH}
+		return i.doFast("rdma_establish", &a)
+	}
 	return i.do("rdma_establish", func(id *C.struct_rdma_cm_id) C.int { return C.rdma_establish_e(id) })
 }
 
@@ -515,6 +577,10 @@ func (i *ID) Establish() error {
 // after its response timeout (seconds). The CM then raises
 // EventEstablished at once; an RTU arriving later is ignored.
 func (i *ID) NotifyEstablished() error {
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_NOTIFY_ESTABLISHED}
+		return i.doFast("rdma_notify", &a)
+	}
 	return i.do("rdma_notify", func(id *C.struct_rdma_cm_id) C.int { return C.rdma_notify_comm_est_e(id) })
 }
 
@@ -550,9 +616,16 @@ func (i *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, erro
 	buf := C.calloc(1, C.size_t(verbs.SizeofQPAttr))
 	defer C.free(buf)
 	var mask C.int
-	if err := i.do("rdma_init_qp_attr "+state.String(), func(id *C.struct_rdma_cm_id) C.int {
-		return C.init_qp_attr(id, buf, C.int(state), &mask)
-	}); err != nil {
+	var err error
+	if fast() {
+		a := C.cm_fast_args{op: C.CM_INIT_QP_ATTR, attr: (*C.struct_ibv_qp_attr)(buf), mask: &mask, arg: C.int(state)}
+		err = i.doFast("rdma_init_qp_attr "+state.String(), &a)
+	} else {
+		err = i.do("rdma_init_qp_attr "+state.String(), func(id *C.struct_rdma_cm_id) C.int {
+			return C.init_qp_attr(id, buf, C.int(state), &mask)
+		})
+	}
+	if err != nil {
 		return verbs.QPAttr{}, 0, err
 	}
 	return verbs.QPAttrFromC(buf), verbs.AttrMask(mask), nil

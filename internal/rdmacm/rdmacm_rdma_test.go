@@ -3,7 +3,10 @@
 package rdmacm
 
 import (
+	"errors"
 	"net/netip"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,8 +83,27 @@ func (e *endpoint) close() {
 // TestConnectAcceptDisconnect walks the whole rdma_cm life cycle on RDMA_TEST_ADDR:
 // listen on port 0, resolve, connect with private data, accept, established,
 // disconnect on both sides.
+// bothCallForms runs f with the set-up calls in their fast form
+// (fastcall.go) and through cgo (VERBLINE_CGO=safe).
+func bothCallForms(t *testing.T, f func(t *testing.T)) {
+	for _, fast := range []bool{true, false} {
+		name := map[bool]string{true: "fast", false: "cgo"}[fast]
+		t.Run(name, func(t *testing.T) {
+			old := verbs.SetFastCalls(fast)
+			defer verbs.SetFastCalls(old)
+			f(t)
+		})
+	}
+}
+
 func TestConnectAcceptDisconnect(t *testing.T) {
 	env := rdmatest.Require(t)
+	bothCallForms(t, func(t *testing.T) { connectAcceptDisconnect(t, env) })
+}
+
+// connectAcceptDisconnect drives every set-up call: create, resolve,
+// connect with private data, migrate, accept, establish, disconnect.
+func connectAcceptDisconnect(t *testing.T, env rdmatest.Env) {
 	addr := netip.MustParseAddr(env.Addr)
 
 	lch, err := NewChannel()
@@ -180,6 +202,52 @@ func TestConnectAcceptDisconnect(t *testing.T) {
 }
 
 // TestConnectRefused: nobody listens on the port, the request is rejected quickly.
+// TestSetupCallErrors: a set-up call the kernel refuses returns its
+// errno, named by the call, in both call forms (the fast form reads errno
+// in the same C call, on the same thread): an address resolved twice
+// (EINVAL: the id is no longer idle), and a migrate or an establish on an
+// id already destroyed (the library's bug: errDestroyed). (Not calls out
+// of order on an id bound to no device: librdmacm dereferences the
+// device before it checks, in either form, and the library never makes
+// them.)
+func TestSetupCallErrors(t *testing.T) {
+	env := rdmatest.Require(t)
+	dst := netip.AddrPortFrom(netip.MustParseAddr(env.Addr), 1)
+	bothCallForms(t, func(t *testing.T) {
+		ch, err := NewChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		id, err := ch.CreateID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.ResolveAddr(netip.AddrPort{}, dst, 2000); err != nil {
+			t.Fatal(err)
+		}
+		next(t, ch, EventAddrResolved)
+		err = id.ResolveAddr(netip.AddrPort{}, dst, 2000)
+		if !errors.Is(err, syscall.EINVAL) || !strings.HasPrefix(err.Error(), "rdma_resolve_addr "+dst.String()+": ") {
+			t.Errorf("ResolveAddr again: %v, want rdma_resolve_addr %v: EINVAL", err, dst)
+		}
+		other, err := NewChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if err := id.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.Migrate(other); !errors.Is(err, errDestroyed) {
+			t.Errorf("Migrate after Destroy: %v, want errDestroyed", err)
+		}
+		if err := id.Establish(); !errors.Is(err, errDestroyed) {
+			t.Errorf("Establish after Destroy: %v, want errDestroyed", err)
+		}
+	})
+}
+
 func TestConnectRefused(t *testing.T) {
 	env := rdmatest.Require(t)
 	ch, err := NewChannel()

@@ -23,7 +23,9 @@ import (
 // collection's stop-the-world waits for the call to return), which is a
 // matter of microseconds for these calls; a C function that blocked or
 // called back into Go would be a bug. Everything else (device set-up,
-// rdma_cm and async events, queries) goes through cgo as usual.
+// async events, queries) goes through cgo as usual, except a connection's
+// set-up: ibv_modify_qp here and rdma_cm's commands (internal/rdmacm's
+// fastcall.go, which says why).
 //
 // Arming a CQ (ibv_req_notify_cq), taking an event from its non-blocking
 // channel (ibv_get_cq_event), acknowledging events (ibv_ack_cq_events) and

@@ -131,6 +131,20 @@ static void post_fast(void *p) {
 
 static void *post_fast_fn(void) { return (void *)post_fast; }
 
+// ibv_modify_qp's fast form (fastcall.go: a connection's set-up).
+typedef struct {
+	struct ibv_qp *qp;
+	struct ibv_qp_attr *attr;
+	int mask, ret;
+} modify_args;
+
+static void modify_fast(void *p) {
+	modify_args *a = p;
+	a->ret = ibv_modify_qp(a->qp, a->attr, a->mask);
+}
+
+static void *modify_fast_fn(void) { return (void *)modify_fast; }
+
 static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uint32_t qkey,
 		uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey) {
 	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
@@ -271,7 +285,15 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask, lim PortLimits) error {
 		if q.qp == nil {
 			return ErrClosed
 		}
-		if ret := C.ibv_modify_qp(q.qp, &ca, C.int(m)); ret != 0 {
+		var ret C.int
+		if fastCalls {
+			a := C.modify_args{qp: q.qp, attr: &ca, mask: C.int(m)}
+			asmcgocall(modifyFastFn, unsafe.Pointer(&a))
+			ret = a.ret
+		} else {
+			ret = C.ibv_modify_qp(q.qp, &ca, C.int(m))
+		}
+		if ret != 0 {
 			return errnoErr("ibv_modify_qp", nil, ret)
 		}
 		return nil
@@ -392,6 +414,8 @@ func (q *QP) PostRecvSend(recvs []RecvWR, sends []SendWR) (recvsPosted bool, err
 }
 
 var postFastFn = unsafe.Pointer(C.post_fast_fn())
+
+var modifyFastFn = unsafe.Pointer(C.modify_fast_fn())
 
 // post posts receives, then an optional window bind and sends, in one call
 // into C, each at most postBatch requests, and returns the C function's

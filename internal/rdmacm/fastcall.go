@@ -1,0 +1,107 @@
+//go:build linux && cgo
+
+package rdmacm
+
+/*
+#include <errno.h>
+#include <string.h>
+#include <rdma/rdma_cma.h>
+
+#include "fastcall.h"
+
+static void cm_fast(void *p) {
+	cm_fast_args *a = p;
+	int r = -1;
+	errno = EINVAL;
+	switch (a->op) {
+	case CM_RESOLVE_ADDR: r = rdma_resolve_addr(a->id, a->src, a->dst, a->arg); break;
+	case CM_RESOLVE_ROUTE: r = rdma_resolve_route(a->id, a->arg); break;
+	case CM_CONNECT: r = rdma_connect(a->id, a->param); break;
+	case CM_ACCEPT: r = rdma_accept(a->id, a->param); break;
+	case CM_ESTABLISH: r = rdma_establish(a->id); break;
+	case CM_MIGRATE: r = rdma_migrate_id(a->id, a->ch); break;
+	case CM_CREATE_ID: r = rdma_create_id(a->ch, a->idp, NULL, RDMA_PS_TCP); break;
+	case CM_INIT_QP_ATTR:
+		a->attr->qp_state = a->arg;
+		r = rdma_init_qp_attr(a->id, a->attr, a->mask);
+		break;
+	case CM_NOTIFY_ESTABLISHED: r = rdma_notify(a->id, IBV_EVENT_COMM_EST); break;
+	}
+	a->ret = r ? -errno : 0;
+}
+
+static void *cm_fast_fn(void) { return (void *)cm_fast; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	cerrors "github.com/cockroachdb/errors"
+
+	"github.com/verbline/rdma/internal/verbs"
+)
+
+// The connection set-up's rdma_cm calls (create and migrate an id, resolve
+// the address and the route, connect, accept, establish, the QP attributes
+// of each transition) and the read of each event go into C the way the
+// data path's posts do (verbs/fastcall.go): on the system stack through
+// the runtime's asmcgocall, without cgo's runtime transition.
+//
+// Why: each is one command written to the rdma_cm device that the kernel
+// carries out before it returns (it queues MADs and resolutions, it never
+// waits for the network), so the call is CPU work, tens to hundreds of
+// microseconds in the Soft-RoCE guest. Through cgo such a call puts its P
+// in the system-call state, the runtime's monitor takes the P from any
+// call it sees running past its 20 us tick and hands it to another thread
+// (waking or creating one), and the caller's thread, back from C, finds
+// its P gone and sleeps until one frees: each long call became a hand-off
+// and two thread switches, with more runnable threads than CPUs to run
+// them while a burst of dials and accepts set up. With the P kept through
+// the call, 20 concurrent dials took about a tenth less per connection
+// with both ends in one process and a fifth less with the listener in its
+// own (README, "Set-up figures", session 18).
+//
+// What that gives up is what the data path's fast calls give up: nothing
+// else runs on the P meanwhile and a stop-the-world waits for the call,
+// here up to hundreds of microseconds on a slow host (a verbs call into a
+// NIC's firmware, ibv_modify_qp, is the longest). The calls that may wait
+// on other work (rdma_destroy_id waits for its events' acknowledgements,
+// rdma_listen, bind, reject and disconnect, which are not on a
+// connection's set-up path) stay on cgo. VERBLINE_CGO=safe (verbs.FastCalls)
+// turns the fast form off.
+
+// asmcgocall runs fn(arg) on the system stack (see verbs/fastcall.go).
+//
+//go:linkname asmcgocall runtime.asmcgocall
+//go:noescape
+func asmcgocall(fn, arg unsafe.Pointer) int32
+
+var cmFastFn = unsafe.Pointer(C.cm_fast_fn())
+
+// callFast runs one set-up call in its fast form and returns its code
+// (0, or a negative errno).
+func callFast(a *C.cm_fast_args) C.int {
+	asmcgocall(cmFastFn, unsafe.Pointer(a))
+	return a.ret
+}
+
+// doFast is do for a call in its fast form: the id's C pointer goes into
+// a under the id's lock, so Destroy cannot free it meanwhile.
+func (i *ID) doFast(op string, a *C.cm_fast_args) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.id == nil {
+		return cerrors.WithStack(fmt.Errorf("%s: %w", op, errDestroyed))
+	}
+	a.id = i.id
+	if ret := callFast(a); ret != 0 {
+		return fmt.Errorf("%s: %w", op, syscall.Errno(-ret))
+	}
+	return nil
+}
+
+// fast reports whether set-up calls take the fast form (VERBLINE_CGO).
+func fast() bool { return verbs.FastCalls() }
