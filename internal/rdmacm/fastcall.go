@@ -19,8 +19,10 @@ static void cm_fast(void *p) {
 	case CM_CONNECT: r = rdma_connect(a->id, a->param); break;
 	case CM_ACCEPT: r = rdma_accept(a->id, a->param); break;
 	case CM_ESTABLISH: r = rdma_establish(a->id); break;
-	case CM_MIGRATE: r = rdma_migrate_id(a->id, a->ch); break;
-	case CM_CREATE_ID: r = rdma_create_id(a->ch, a->idp, NULL, RDMA_PS_TCP); break;
+	// Never without a channel: librdmacm would make the id synchronous,
+	// and every later call on it would wait for the network.
+	case CM_MIGRATE: if (a->ch) r = rdma_migrate_id(a->id, a->ch); else errno = EBADF; break;
+	case CM_CREATE_ID: if (a->ch) r = rdma_create_id(a->ch, a->idp, NULL, RDMA_PS_TCP); else errno = EBADF; break;
 	case CM_INIT_QP_ATTR:
 		a->attr->qp_state = a->arg;
 		r = rdma_init_qp_attr(a->id, a->attr, a->mask);
@@ -51,9 +53,9 @@ import (
 // the runtime's asmcgocall, without cgo's runtime transition.
 //
 // Why: each is one command written to the rdma_cm device that the kernel
-// carries out before it returns (it queues MADs and resolutions, it never
-// waits for the network), so the call is CPU work, tens to hundreds of
-// microseconds in the Soft-RoCE guest. Through cgo such a call puts its P
+// carries out before it returns (on InfiniBand and RoCE it queues MADs and
+// resolutions and does not wait for the network), so the call is CPU work,
+// tens to hundreds of microseconds in the Soft-RoCE guest. Through cgo such a call puts its P
 // in the system-call state, the runtime's monitor takes the P from any
 // call it sees running past its 20 us tick and hands it to another thread
 // (waking or creating one), and the caller's thread, back from C, finds
@@ -61,18 +63,23 @@ import (
 // and two thread switches, with more runnable threads than CPUs to run
 // them while a burst of dials and accepts set up. With the P kept through
 // the call (20 concurrent dials, both ends in one process, 18 rounds each
-// way, alternating; medians): 66 voluntary context switches per round
-// instead of 168, 5.2 ms of process CPU per connection instead of 5.6,
-// 70 ms per round instead of 77 (README, "Set-up figures", session 18).
+// way, alternating; medians): 90 voluntary context switches per round
+// instead of 178, 4.6 ms of process CPU per connection instead of 5.9,
+// 62 ms per round instead of 75 (README, "Set-up figures", session 18).
 //
 // What that gives up is what the data path's fast calls give up: nothing
 // else runs on the P meanwhile and a stop-the-world waits for the call,
-// here up to hundreds of microseconds on a slow host (a verbs call into a
-// NIC's firmware, ibv_modify_qp, is the longest). The calls that may wait
-// on other work (rdma_destroy_id waits for its events' acknowledgements,
-// rdma_listen, bind, reject and disconnect, which are not on a
-// connection's set-up path) stay on cgo. VERBLINE_CGO=safe (verbs.FastCalls)
-// turns the fast form off.
+// here up to hundreds of microseconds on a slow host. The calls that may
+// wait on other work stay on cgo: rdma_destroy_id (it waits for its
+// events' acknowledgements), the QP transition to RTR (the kernel resolves
+// the peer's MAC in it: verbs/fastcall.go), ibv_query_port (rxe takes the
+// RTNL lock in it), and rdma_listen, bind, reject and disconnect, which
+// are not on a connection's set-up path. rdma_migrate_id waits for the
+// acknowledgement of events already read from the id's old channel; the
+// channel's reader acknowledges each event in the C call that read it,
+// so that wait never needs a P. On iWARP, which this library does not
+// target, rdma_connect can block in a TCP connect (siw): VERBLINE_CGO=safe
+// (verbs.FastCalls) turns the fast form off.
 
 // asmcgocall runs fn(arg) on the system stack (see verbs/fastcall.go).
 //

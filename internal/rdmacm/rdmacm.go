@@ -126,6 +126,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -374,13 +375,20 @@ func (i *ID) do(op string, f func(*C.struct_rdma_cm_id) C.int) error {
 
 // CreateID creates an id in the TCP port space on c.
 func (c *Channel) CreateID() (*ID, error) {
+	c.mu.Lock()
+	ch := c.ch
+	c.mu.Unlock()
+	if ch == nil {
+		// Closed: with no channel librdmacm would make a synchronous id.
+		return nil, fmt.Errorf("rdma_create_id: %w", net.ErrClosed)
+	}
 	var id *C.struct_rdma_cm_id
 	var ret C.int
 	if fast() {
-		a := C.cm_fast_args{op: C.CM_CREATE_ID, ch: c.ch, idp: &id}
+		a := C.cm_fast_args{op: C.CM_CREATE_ID, ch: ch, idp: &id}
 		ret = callFast(&a)
 	} else {
-		ret = C.create_id(c.ch, &id)
+		ret = C.create_id(ch, &id)
 	}
 	if ret != 0 {
 		return nil, fmt.Errorf("rdma_create_id: %w", syscall.Errno(-ret))
@@ -396,15 +404,21 @@ func (c *Channel) CreateID() (*ID, error) {
 func (i *ID) Migrate(c *Channel) error {
 	old := i.ch
 	c.mu.Lock()
-	c.ids[i.id] = i
+	ch := c.ch
+	if ch != nil {
+		c.ids[i.id] = i
+	}
 	c.mu.Unlock()
+	if ch == nil {
+		return fmt.Errorf("rdma_migrate_id: %w", net.ErrClosed)
+	}
 	var err error
 	if fast() {
-		a := C.cm_fast_args{op: C.CM_MIGRATE, ch: c.ch}
+		a := C.cm_fast_args{op: C.CM_MIGRATE, ch: ch}
 		err = i.doFast("rdma_migrate_id", &a)
 	} else {
 		err = i.do("rdma_migrate_id", func(id *C.struct_rdma_cm_id) C.int {
-			return C.rdma_migrate_id_e(id, c.ch)
+			return C.rdma_migrate_id_e(id, ch)
 		})
 	}
 	if err != nil {
@@ -495,10 +509,9 @@ func (i *ID) ResolveAddr(src, dst netip.AddrPort, timeoutMS int) error {
 		a := C.cm_fast_args{op: C.CM_RESOLVE_ADDR, src: (*C.struct_sockaddr)(ssa), dst: (*C.struct_sockaddr)(dsa), arg: C.int(timeoutMS)}
 		return i.doFast("rdma_resolve_addr "+dst.String(), &a)
 	}
-	if ret := C.rdma_resolve_addr_e(i.id, (*C.struct_sockaddr)(ssa), (*C.struct_sockaddr)(dsa), C.int(timeoutMS)); ret != 0 {
-		return fmt.Errorf("rdma_resolve_addr %s: %w", dst, syscall.Errno(-ret))
-	}
-	return nil
+	return i.do("rdma_resolve_addr "+dst.String(), func(id *C.struct_rdma_cm_id) C.int {
+		return C.rdma_resolve_addr_e(id, (*C.struct_sockaddr)(ssa), (*C.struct_sockaddr)(dsa), C.int(timeoutMS))
+	})
 }
 
 // ResolveRoute starts route resolution; EventRouteResolved follows.
@@ -507,10 +520,9 @@ func (i *ID) ResolveRoute(timeoutMS int) error {
 		a := C.cm_fast_args{op: C.CM_RESOLVE_ROUTE, arg: C.int(timeoutMS)}
 		return i.doFast("rdma_resolve_route", &a)
 	}
-	if ret := C.rdma_resolve_route_e(i.id, C.int(timeoutMS)); ret != 0 {
-		return fmt.Errorf("rdma_resolve_route: %w", syscall.Errno(-ret))
-	}
-	return nil
+	return i.do("rdma_resolve_route", func(id *C.struct_rdma_cm_id) C.int {
+		return C.rdma_resolve_route_e(id, C.int(timeoutMS))
+	})
 }
 
 // ConnParam are the connection parameters sent with connect or accept.

@@ -4,6 +4,7 @@ package rdmacm
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"strings"
 	"syscall"
@@ -80,9 +81,6 @@ func (e *endpoint) close() {
 	e.pd.Close()
 }
 
-// TestConnectAcceptDisconnect walks the whole rdma_cm life cycle on RDMA_TEST_ADDR:
-// listen on port 0, resolve, connect with private data, accept, established,
-// disconnect on both sides.
 // bothCallForms runs f with the set-up calls in their fast form
 // (fastcall.go) and through cgo (VERBLINE_CGO=safe).
 func bothCallForms(t *testing.T, f func(t *testing.T)) {
@@ -96,6 +94,9 @@ func bothCallForms(t *testing.T, f func(t *testing.T)) {
 	}
 }
 
+// TestConnectAcceptDisconnect walks the whole rdma_cm life cycle on RDMA_TEST_ADDR:
+// listen on port 0, resolve, connect with private data, accept, established,
+// disconnect on both sides, in both call forms.
 func TestConnectAcceptDisconnect(t *testing.T) {
 	env := rdmatest.Require(t)
 	bothCallForms(t, func(t *testing.T) { connectAcceptDisconnect(t, env) })
@@ -201,12 +202,12 @@ func connectAcceptDisconnect(t *testing.T, env rdmatest.Env) {
 	next(t, cch, EventDisconnected)
 }
 
-// TestConnectRefused: nobody listens on the port, the request is rejected quickly.
 // TestSetupCallErrors: a set-up call the kernel refuses returns its
 // errno, named by the call, in both call forms (the fast form reads errno
 // in the same C call, on the same thread): an address resolved twice
 // (EINVAL: the id is no longer idle), and a migrate or an establish on an
-// id already destroyed (the library's bug: errDestroyed). (Not calls out
+// id already destroyed (the library's bug: errDestroyed), and an id made
+// on or migrated to a closed channel (net.ErrClosed). (Not calls out
 // of order on an id bound to no device: librdmacm dereferences the
 // device before it checks, in either form, and the library never makes
 // them.)
@@ -245,9 +246,28 @@ func TestSetupCallErrors(t *testing.T) {
 		if err := id.Establish(); !errors.Is(err, errDestroyed) {
 			t.Errorf("Establish after Destroy: %v, want errDestroyed", err)
 		}
+		// A closed channel: no id on it, and no migrate to it (librdmacm
+		// would make a synchronous id, whose calls wait for the network).
+		closed, err := NewChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed.Close()
+		if _, err := closed.CreateID(); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("CreateID on a closed channel: %v, want net.ErrClosed", err)
+		}
+		id2, err := ch.CreateID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer id2.Destroy()
+		if err := id2.Migrate(closed); !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Migrate to a closed channel: %v, want net.ErrClosed", err)
+		}
 	})
 }
 
+// TestConnectRefused: nobody listens on the port, the request is rejected quickly.
 func TestConnectRefused(t *testing.T) {
 	env := rdmatest.Require(t)
 	ch, err := NewChannel()

@@ -23,9 +23,14 @@ import (
 // collection's stop-the-world waits for the call to return), which is a
 // matter of microseconds for these calls; a C function that blocked or
 // called back into Go would be a bug. Everything else (device set-up,
-// async events, queries) goes through cgo as usual, except a connection's
-// set-up: ibv_modify_qp here and rdma_cm's commands (internal/rdmacm's
-// fastcall.go, which says why).
+// async events, queries) goes through cgo as usual, except the QP
+// transitions that carry no address vector (ibv_modify_qp to INIT, RTS,
+// ERR, RESET: CPU work in the driver, or a firmware command) and rdma_cm's
+// set-up commands (internal/rdmacm's fastcall.go, which says why). A
+// transition with an address vector (RTR of a connected QP) stays on cgo:
+// on RoCE the kernel resolves the peer's MAC in it (ib_resolve_eth_dmac),
+// which waits for a work queue and, when the neighbour entry is not valid,
+// for ARP, up to a second.
 //
 // Arming a CQ (ibv_req_notify_cq), taking an event from its non-blocking
 // channel (ibv_get_cq_event), acknowledging events (ibv_ack_cq_events) and
@@ -60,7 +65,8 @@ func FastCalls() bool { return fastCalls }
 
 // SetFastCalls switches the fast calls on or off (for tests and the cost
 // benchmarks) and returns the previous setting. Not safe while other
-// goroutines post or poll.
+// goroutines post or poll, or while an rdma_cm event channel reads events
+// (internal/rdmacm reads the setting too).
 func SetFastCalls(on bool) bool {
 	old := fastCalls
 	fastCalls = on

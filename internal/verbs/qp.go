@@ -131,7 +131,7 @@ static void post_fast(void *p) {
 
 static void *post_fast_fn(void) { return (void *)post_fast; }
 
-// ibv_modify_qp's fast form (fastcall.go: a connection's set-up).
+// ibv_modify_qp's fast form (fastcall.go: transitions without an address vector).
 typedef struct {
 	struct ibv_qp *qp;
 	struct ibv_qp_attr *attr;
@@ -286,7 +286,7 @@ func (q *QP) Modify(attr *QPAttr, mask AttrMask, lim PortLimits) error {
 			return ErrClosed
 		}
 		var ret C.int
-		if fastCalls {
+		if fastCalls && m&AttrAV == 0 { // not with an address vector: fastcall.go
 			a := C.modify_args{qp: q.qp, attr: &ca, mask: C.int(m)}
 			asmcgocall(modifyFastFn, unsafe.Pointer(&a))
 			ret = a.ret
