@@ -54,14 +54,15 @@ import (
 //
 // Why: each is one command written to the rdma_cm device that the kernel
 // carries out before it returns (on InfiniBand and RoCE it queues MADs and
-// resolutions and does not wait for the network), so the call is CPU work,
-// tens to hundreds of microseconds in the Soft-RoCE guest. Through cgo such a call puts its P
-// in the system-call state, the runtime's monitor takes the P from any
-// call it sees running past its 20 us tick and hands it to another thread
-// (waking or creating one), and the caller's thread, back from C, finds
-// its P gone and sleeps until one frees: each long call became a hand-off
-// and two thread switches, with more runnable threads than CPUs to run
-// them while a burst of dials and accepts set up. With the P kept through
+// resolutions and does not wait for the network), so the call is CPU
+// work, tens to hundreds of microseconds in the Soft-RoCE guest. Through
+// cgo such a call puts its P in the system-call state, the runtime's
+// monitor takes the P from any call it sees running past its 20 us tick
+// and hands it to another thread (waking or creating one), and the
+// caller's thread, back from C, finds its P gone and sleeps until one
+// frees: each long call became a hand-off and two thread switches, with
+// more runnable threads than CPUs to run them while a burst of dials and
+// accepts set up. With the P kept through
 // the call (20 concurrent dials, both ends in one process, 18 rounds each
 // way, alternating; medians): 90 voluntary context switches per round
 // instead of 178, 4.6 ms of process CPU per connection instead of 5.9,
