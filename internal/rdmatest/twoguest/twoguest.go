@@ -98,6 +98,19 @@ func Require(t testing.TB) *Env {
 		if info["RDMA_TEST_ADDR"] != peer {
 			t.Fatalf("the agent at %s is on a host whose RDMA address is %q, not RDMA_TEST_PEER_ADDR %q", addr, info["RDMA_TEST_ADDR"], peer)
 		}
+		// The wire too, before the first test uses it: a make faults run
+		// once had the guests' wire deliver 1 of the 9 frames each side
+		// sent in the first test's 16 s after boot (the control link
+		// answered, and the next test found the wire working), so that
+		// test's dial timed out for the environment's sake.
+		e := &Env{Env: env, PeerAddr: peer, Peer: c}
+		start := time.Now()
+		if err := e.WireUp(ctx); err != nil {
+			t.Fatalf("%v: the guests' network carries no traffic between the RDMA addresses (not the library: see ip -s link on both)", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Logf("the wire to %s carried traffic %v after the agent answered", peer, d.Round(time.Millisecond))
+		}
 		peerInfo.info = info
 	}
 	e := &Env{Env: env, PeerAddr: peer, PeerDevice: peerInfo.info["RDMA_TEST_DEVICE"],
