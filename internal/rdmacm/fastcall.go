@@ -37,11 +37,7 @@ static void *cm_fast_fn(void) { return (void *)cm_fast; }
 import "C"
 
 import (
-	"fmt"
-	"syscall"
 	"unsafe"
-
-	cerrors "github.com/cockroachdb/errors"
 
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -100,16 +96,10 @@ func callFast(a *C.cm_fast_args) C.int {
 // doFast is do for a call in its fast form: the id's C pointer goes into
 // a under the id's lock, so Destroy cannot free it meanwhile.
 func (i *ID) doFast(op string, a *C.cm_fast_args) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.id == nil {
-		return cerrors.WithStack(fmt.Errorf("%s: %w", op, errDestroyed))
-	}
-	a.id = i.id
-	if ret := callFast(a); ret != 0 {
-		return fmt.Errorf("%s: %w", op, syscall.Errno(-ret))
-	}
-	return nil
+	return i.do(op, func(id *C.struct_rdma_cm_id) C.int {
+		a.id = id
+		return callFast(a)
+	})
 }
 
 // fast reports whether set-up calls take the fast form (VERBLINE_CGO).
