@@ -150,6 +150,50 @@ func TestHalfOpenFlood(t *testing.T) {
 	}
 }
 
+// TestCloseEndsHalfOpen: a listener's Close ends the handshakes in
+// progress at once (their contexts derive from the listener's), not at
+// their HandshakeTimeout: with dialers that never finish and a timeout of
+// a minute, Close returns well within it.
+func TestCloseEndsHalfOpen(t *testing.T) {
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, &Config{HandshakeTimeout: time.Minute})
+	addr := ln.Addr().String()
+	var flood []*halfOpen
+	defer func() {
+		for _, h := range flood {
+			h.close()
+		}
+	}()
+	for range 4 {
+		flood = append(flood, openHalf(t, addr))
+	}
+	deadline := time.Now().Add(rdmatest.Scale(10 * time.Second))
+	for {
+		ln.mu.Lock()
+		n := len(ln.halfOpen)
+		ln.mu.Unlock()
+		if n == len(flood) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d handshakes in progress", n, len(flood))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- ln.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Close with %d handshakes in progress took %v", len(flood), time.Since(start))
+	case <-time.After(rdmatest.Scale(20 * time.Second)):
+		t.Fatal("Close waited for the handshakes in progress (HandshakeTimeout 1 min) instead of ending them")
+	}
+}
+
 // TestAdmitHook: a ListenConfig.Admit that refuses is answered before
 // anything is committed to the dialer (no QP is created for it), and the
 // dialer reads the hook's reason; one that admits lets it in.

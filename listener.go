@@ -36,6 +36,11 @@ type Listener struct {
 	halfOpen []*handshakeRun
 	dropped  uint64 // handshakes dropped to make room
 	closing  chan struct{}
+	// stop is cancelled with closing: the parent of every handshake's
+	// context, so Close ends them without a goroutine per handshake
+	// watching closing.
+	stop     context.Context
+	stopNow  context.CancelFunc
 	pending  sync.WaitGroup // handshakes in progress
 	loopDone chan struct{}
 	closeErr error
@@ -77,11 +82,13 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 		loopDone: make(chan struct{}),
 		failed:   make(chan struct{}),
 	}
+	l.stop, l.stopNow = context.WithCancel(context.Background())
 	if ctx, cerr := id.Context(); cerr == nil { // bound to one device's address (not a wildcard)
 		devices.mu.Lock()
 		ferr := fatalDevices[ctx.Key()]
 		devices.mu.Unlock()
 		if ferr != nil {
+			l.stopNow()
 			return nil, ferr
 		}
 		registerListener(l, ctx.Key())
@@ -128,7 +135,7 @@ func (l *Listener) loop() {
 			l.halfOpen = l.halfOpen[1:]
 			l.dropped++
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.HandshakeTimeout)
+		ctx, cancel := context.WithTimeout(l.stop, l.cfg.HandshakeTimeout)
 		run := &handshakeRun{cancel: cancel}
 		l.halfOpen = append(l.halfOpen, run)
 		l.pending.Add(1)
@@ -176,13 +183,6 @@ func (l *Listener) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 	defer l.pending.Done()
 	defer run.cancel()
 	traceDelivery(ev, " (through the listener's loop)")
-	go func() {
-		select {
-		case <-l.closing:
-			run.cancel()
-		case <-ctx.Done():
-		}
-	}()
 	c, err := acceptConn(ctx, &l.cfg, ev)
 	// Off the half-open list and into Accept's queue in one step under
 	// l.mu, as the loop counts both: the queue has room (the loop keeps
@@ -249,6 +249,7 @@ func (l *Listener) Close() error {
 		l.mu.Lock()
 		l.closed = true
 		close(l.closing)
+		l.stopNow() // ends the handshakes in progress
 		l.mu.Unlock()
 		unregisterListener(l)
 		err := l.id.Destroy()
