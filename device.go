@@ -33,6 +33,7 @@ type device struct {
 	windows    bool
 	faultState             // faults.go: async events, the connections they affect
 	qps        qpPool      // reset QPs for new connections (qppool.go)
+	ports      portCache   // the ports' limits, cached (portcache.go)
 	linger     *time.Timer // set while the device waits, unused, for a new connection (devices.mu)
 	lingerGen  uint64      // which linger timer is current (devices.mu)
 	// From the Config of the device's first connection (atomics: the

@@ -122,14 +122,12 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 		return nil, err // fail fast: the port is down, or the device failed
 	}
 	st.step("acquire device")
-	// The port's attributes may change (its MTU, its state); the device's
-	// do not: the device queried them once.
-	port, err := ctx.QueryPort(id.PortNum())
-	if err != nil {
+	// The device's attributes do not change (queried once per device); the
+	// port's may, and are cached a short while (portcache.go).
+	if e.lim, err = e.dev.portLimits(id.PortNum(), false); err != nil {
 		return nil, err
 	}
-	e.lim = port.Limits(e.dev.attr)
-	st.step("query port")
+	st.step("port limits")
 	e.entries = e.maxRecv + e.sqDepth
 	// A reset QP of this shape from the device's pool, with its poller;
 	// else a new one on the least-loaded poller. A device that refused the
@@ -209,6 +207,13 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 			return fmt.Errorf("QP 0x%x: %w", e.qp.Num, err)
 		}
 		mask = e.configure(s, &attr, mask)
+		if mask&verbs.AttrPathMTU != 0 && e.lim.ActiveMTU != 0 && attr.PathMTU > e.lim.ActiveMTU {
+			// rdma_cm's path follows the netdev's MTU; the cached port may
+			// predate a raise of it (portcache.go): ask the device again.
+			if lim, err := e.dev.portLimits(id.PortNum(), true); err == nil {
+				e.lim = lim
+			}
+		}
 		if err := e.qp.Modify(&attr, mask, e.lim); err != nil {
 			return err
 		}

@@ -135,7 +135,10 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 				p.Fail(err) // pollerFailed fails its connections
 			}
 		}
+	case verbs.EventLIDChange, verbs.EventPKeyChange, verbs.EventSMChange, verbs.EventClientReregister, verbs.EventGIDChange:
+		d.forgetPort(ev.Port)
 	case verbs.EventPortErr:
+		d.forgetPort(ev.Port)
 		err := fmt.Errorf("port %d of %s went down (its netdev lost its link or was set down; dial again once it is up): %w",
 			ev.Port, name, syscall.ENETDOWN)
 		d.fmu.Lock()
@@ -143,6 +146,7 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 		d.fmu.Unlock()
 		d.failWhere(err, func(c *Conn) bool { return c.port == ev.Port })
 	case verbs.EventPortActive:
+		d.forgetPort(ev.Port)
 		d.fmu.Lock()
 		delete(d.portErr, ev.Port)
 		d.fmu.Unlock()

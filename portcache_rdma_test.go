@@ -1,0 +1,86 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"testing"
+
+	"github.com/verbline/rdma/internal/verbs"
+)
+
+// TestPortCache: connections on a device share one ibv_query_port while
+// the answer is fresh; a port event drops it (the next connection asks the
+// device again); and a cached active MTU below the path MTU rdma_cm gives
+// (a netdev MTU raised since the query, which rxe reports with no event)
+// is read again before the QP's RTR instead of failing the dial.
+func TestPortCache(t *testing.T) {
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	keep := dialEcho(t, ln, -1)
+	defer keep.Close()
+	d := keep.dev
+	port := keep.port
+
+	// The dials below come well within portCacheTTL of each other only if
+	// the guest is not stalled; a stall shows as extra queries, so count
+	// the dials that found the port cached instead of requiring all.
+	q0 := d.portQueries()
+	for i := range 4 {
+		dialEcho(t, ln, i).Close()
+	}
+	if got := d.portQueries() - q0; got >= 8 { // 4 dials, 2 ends each on this device
+		t.Errorf("8 connection ends queried the port %d times: the cache was not used", got)
+	} else {
+		t.Logf("8 connection ends, %d port queries", got)
+	}
+
+	// A port event (here a GID change, as when an address is added to the
+	// netdev) drops the entry: the next connection end queries the port.
+	d.handleAsync(verbs.AsyncEvent{Type: verbs.EventGIDChange, Port: port})
+	d.ports.mu.Lock()
+	_, cached := d.ports.ports[port]
+	d.ports.mu.Unlock()
+	if cached {
+		t.Fatal("a GID change event left the port's limits cached")
+	}
+	q1 := d.portQueries()
+	dialEcho(t, ln, 10).Close()
+	if d.portQueries() == q1 {
+		t.Error("after a GID change event, a new connection did not query the port")
+	}
+
+	// A stale active MTU (256, the smallest) below the path's: the dial
+	// must query the port again at RTR and succeed with the real MTU.
+	lim, err := d.portLimits(port, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim.ActiveMTU <= verbs.MTU256 {
+		t.Fatalf("the port's active MTU is %v: no smaller value to make stale (the test needs a netdev MTU above 256)", lim.ActiveMTU)
+	}
+	stale := func() {
+		d.ports.mu.Lock()
+		cp := d.ports.ports[port]
+		cp.lim.ActiveMTU = verbs.MTU256
+		d.ports.ports[port] = cp
+		d.ports.mu.Unlock()
+	}
+	stale()
+	q2 := d.portQueries()
+	c := dialEcho(t, ln, 11)
+	defer c.Close()
+	info, err := c.QPInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.portQueries() == q2 {
+		t.Error("a path MTU above the cached active MTU did not make the dial query the port")
+	}
+	if info.PathMTU <= 256 {
+		t.Errorf("path MTU %d after the refresh, want the port's %v", info.PathMTU, lim.ActiveMTU)
+	}
+	t.Logf("stale active MTU 256: the dial refreshed it and runs at a path MTU of %d", info.PathMTU)
+}
