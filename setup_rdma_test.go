@@ -316,6 +316,11 @@ func TestSetupProfile(t *testing.T) {
 		var ru0, ru1 syscall.Rusage
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 		threads0 := osThreads()
+		// The listener's process, when it is one of its own
+		// (RDMA_SETUP_SERVER_PID, from scripts/setupbench), and this one.
+		srvPID := os.Getenv("RDMA_SETUP_SERVER_PID")
+		self0, srv0 := procCPU("self"), procCPU(srvPID)
+		selfT0, srvT0 := threadCPU("self"), threadCPU(srvPID)
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
 		start := time.Now()
@@ -328,6 +333,8 @@ func TestSetupProfile(t *testing.T) {
 		}
 		dw.Wait()
 		wall := time.Since(start)
+		self1, srv1 := procCPU("self"), procCPU(srvPID)
+		selfT1, srvT1 := threadCPU("self"), threadCPU(srvPID)
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 		runtime.ReadMemStats(&ms1)
 		stopProfile() // the dials only, not the closes below
@@ -343,6 +350,14 @@ func TestSetupProfile(t *testing.T) {
 		sys := time.Duration(syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
 		t.Logf("SETUPCPU process CPU during the round: user %v system %v, per connection %.0f us (this process's ends), context switches %d voluntary %d involuntary, threads %d -> %d",
 			usr, sys, float64((usr+sys).Microseconds())/float64(conN), ru1.Nvcsw-ru0.Nvcsw, ru1.Nivcsw-ru0.Nivcsw, threads0, osThreads())
+		if srvPID != "" && srv0 >= 0 && srv1 >= 0 && self0 >= 0 && self1 >= 0 {
+			t.Logf("SETUPCPU2 threads' CPU per connection during the round: dialers' process %.0f us, listener's process %.0f us, both %.0f us",
+				float64((self1-self0).Microseconds())/float64(conN), float64((srv1-srv0).Microseconds())/float64(conN),
+				float64((self1-self0+srv1-srv0).Microseconds())/float64(conN))
+			t.Logf("SETUPTHREADS busiest threads (tid:ms) dialers' process %s; listener's process %s", busiest(selfT0, selfT1), busiest(srvT0, srvT1))
+		} else if self0 >= 0 && self1 >= 0 {
+			t.Logf("SETUPCPU2 threads' CPU per connection during the round: this process (both ends) %.0f us", float64((self1-self0).Microseconds())/float64(conN))
+		}
 		// Go memory allocated per connection (both ends when the listener
 		// is in this process) and collections during the round.
 		t.Logf("SETUPALLOC per connection: %.0f bytes in %.0f allocations (this process's ends); collections %d",
@@ -410,6 +425,77 @@ func osThreads() int {
 		return -1
 	}
 	return n
+}
+
+// threadCPU is the CPU time each live thread of a process has run, by
+// thread id (/proc/PID/task/*/schedstat), or nil.
+func threadCPU(pid string) map[string]time.Duration {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return nil
+	}
+	m := map[string]time.Duration{}
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				m[task.Name()] = time.Duration(ns)
+			}
+		}
+	}
+	return m
+}
+
+// busiest lists the threads that ran most between two threadCPU reads,
+// in milliseconds.
+func busiest(a, b map[string]time.Duration) string {
+	type th struct {
+		tid string
+		d   time.Duration
+	}
+	var ts []th
+	for tid, d := range b {
+		ts = append(ts, th{tid, d - a[tid]})
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].d > ts[j].d })
+	var out []string
+	for i, t := range ts {
+		if i == 6 {
+			break
+		}
+		out = append(out, fmt.Sprintf("%s:%.1f", t.tid, float64(t.d.Microseconds())/1e3))
+	}
+	return strings.Join(out, " ")
+}
+
+// procCPU is the CPU time a process's live threads have run
+// (/proc/PID/task/*/schedstat, nanosecond resolution: /proc/PID/stat's
+// ticks of 10 ms are too coarse for a round of 50-100 ms), or -1.
+func procCPU(pid string) time.Duration {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return -1
+	}
+	var sum time.Duration
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return -1
+		}
+		sum += time.Duration(ns)
+	}
+	return sum
 }
 
 // readCPUStat returns /proc/stat's aggregate cpu line (user nice system idle
