@@ -321,6 +321,7 @@ func TestSetupProfile(t *testing.T) {
 		srvPID := os.Getenv("RDMA_SETUP_SERVER_PID")
 		self0, srv0 := procCPU("self"), procCPU(srvPID)
 		selfT0, srvT0 := threadCPU("self"), threadCPU(srvPID)
+		selfF0, srvF0 := minorFaults("self"), minorFaults(srvPID)
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
 		start := time.Now()
@@ -335,6 +336,7 @@ func TestSetupProfile(t *testing.T) {
 		wall := time.Since(start)
 		self1, srv1 := procCPU("self"), procCPU(srvPID)
 		selfT1, srvT1 := threadCPU("self"), threadCPU(srvPID)
+		selfF1, srvF1 := minorFaults("self"), minorFaults(srvPID)
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 		runtime.ReadMemStats(&ms1)
 		stopProfile() // the dials only, not the closes below
@@ -354,9 +356,11 @@ func TestSetupProfile(t *testing.T) {
 			t.Logf("SETUPCPU2 threads' CPU per connection during the round: dialers' process %.0f us, listener's process %.0f us, both %.0f us",
 				float64((self1-self0).Microseconds())/float64(conN), float64((srv1-srv0).Microseconds())/float64(conN),
 				float64((self1-self0+srv1-srv0).Microseconds())/float64(conN))
-			t.Logf("SETUPTHREADS busiest threads (tid:ms) dialers' process %s; listener's process %s", busiest(selfT0, selfT1), busiest(srvT0, srvT1))
+			t.Logf("SETUPTHREADS busiest threads (tid:ms) dialers' process %s; listener's process %s; minor page faults per connection %.1f and %.1f",
+				busiest(selfT0, selfT1), busiest(srvT0, srvT1), float64(selfF1-selfF0)/float64(conN), float64(srvF1-srvF0)/float64(conN))
 		} else if self0 >= 0 && self1 >= 0 {
 			t.Logf("SETUPCPU2 threads' CPU per connection during the round: this process (both ends) %.0f us", float64((self1-self0).Microseconds())/float64(conN))
+			t.Logf("SETUPTHREADS busiest threads (tid:ms) %s; minor page faults per connection %.1f", busiest(selfT0, selfT1), float64(selfF1-selfF0)/float64(conN))
 		}
 		// Go memory allocated per connection (both ends when the listener
 		// is in this process) and collections during the round.
@@ -471,6 +475,25 @@ func busiest(a, b map[string]time.Duration) string {
 	return strings.Join(out, " ")
 }
 
+// minorFaults is a process's minor page faults so far (/proc/PID/stat's
+// tenth field), or -1.
+func minorFaults(pid string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return -1
+	}
+	_, rest, ok := strings.Cut(string(b), ") ") // the command may hold spaces
+	f := strings.Fields(rest)
+	if !ok || len(f) < 8 {
+		return -1
+	}
+	n, err := strconv.ParseInt(f[7], 10, 64) // fields from the state (third) on
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
 // procCPU is the CPU time a process's live threads have run
 // (/proc/PID/task/*/schedstat, nanosecond resolution: /proc/PID/stat's
 // ticks of 10 ms are too coarse for a round of 50-100 ms), or -1.
@@ -582,7 +605,13 @@ func setupServer(addr string) {
 	fmt.Println("LISTENING", ln.Addr())
 	io.Copy(io.Discard, os.Stdin)
 	fmt.Println(steps.report("setup server, every accept"))
-	fmt.Println("setup server: threads", osThreads())
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	fmt.Printf("setup server: threads %d, collections %d, heap %d KB, minor faults %d, CPU user %v system %v\n",
+		osThreads(), ms.NumGC, ms.HeapAlloc>>10, ru.Minflt,
+		time.Duration(syscall.TimevalToNsec(ru.Utime)), time.Duration(syscall.TimevalToNsec(ru.Stime)))
 	ln.Close()
 	wg.Wait()
 	os.Exit(0)
