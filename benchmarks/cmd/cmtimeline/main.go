@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -85,6 +86,35 @@ func summary(d []float64) string {
 func report(r io.Reader, w io.Writer, events io.Reader) error {
 	conns := map[string]map[string]float64{} // dialer port -> mark -> us
 	queued := map[string]float64{}           // "TYPE src dst" -> us the kernel queued the event
+	// With an events file, only the round it covers counts: the trace may
+	// span the whole process (perf with the test as its workload), whose
+	// priming dials came at least 3 s before the round and may have used
+	// the same ports. So connections are kept only if their ports are in
+	// the file, and trace lines only from 1 s before its first read.
+	var reads [][]string
+	ports := map[string]bool{}
+	from := math.Inf(-1)
+	if events != nil {
+		first := math.Inf(1)
+		es := bufio.NewScanner(events)
+		for es.Scan() {
+			f := strings.Fields(es.Text())
+			if len(f) != 4 {
+				continue
+			}
+			read, err := strconv.ParseFloat(f[0], 64)
+			if err != nil {
+				continue
+			}
+			reads = append(reads, f)
+			ports[f[2]], ports[f[3]] = true, true
+			first = min(first, read/1e3)
+		}
+		if err := es.Err(); err != nil {
+			return err
+		}
+		from = first - 1e6
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -97,6 +127,9 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 			continue
 		}
 		t := sec * 1e6 // us
+		if t < from {
+			continue
+		}
 		mark, rest := m[2], m[3]
 		event := mark == "cm_event_handler"
 		if event { // "... tos=0 ROUTE_RESOLVED (2/0)"
@@ -125,6 +158,9 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 		key := a[2]
 		if dialerSide[mark] {
 			key = a[1]
+		}
+		if events != nil && !ports[key] {
+			continue // a connection of another round
 		}
 		c := conns[key]
 		if c == nil {
@@ -164,24 +200,13 @@ func report(r io.Reader, w io.Writer, events io.Reader) error {
 	}
 	// Each line: CLOCK_MONOTONIC ns of the read, type, local port, peer port.
 	waits := map[string][]float64{}
-	es := bufio.NewScanner(events)
-	for es.Scan() {
-		f := strings.Fields(es.Text())
-		if len(f) != 4 {
-			continue
-		}
-		read, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
+	for _, f := range reads {
+		read, _ := strconv.ParseFloat(f[0], 64) // parsed above
 		q, ok := queued[f[1]+" "+f[2]+" "+f[3]]
 		if !ok {
 			continue
 		}
 		waits[f[1]] = append(waits[f[1]], read/1e3-q)
-	}
-	if err := es.Err(); err != nil {
-		return err
 	}
 	if len(waits) == 0 {
 		return fmt.Errorf("no event of the events file is in the trace (was perf run with -k CLOCK_MONOTONIC over the same round?)")

@@ -87,3 +87,20 @@ func TestReportEvents(t *testing.T) {
 		t.Error("no error when no event of the file is in the trace")
 	}
 }
+
+// With an events file, a connection of an earlier round (the priming dials,
+// recorded when perf ran over the whole test process) is left out, even on
+// a port the round reused, and so are ports the file does not name.
+func TestReportEventsRound(t *testing.T) {
+	events := "1000150000 RDMA_CM_EVENT_ROUTE_RESOLVED 1001 7000\n" +
+		"1000450000 RDMA_CM_EVENT_ROUTE_RESOLVED 1002 7000\n"
+	earlier := " kworker/u4:1  25/25  0.000050: rdma_cma:cm_event_handler: cm.id=9 src=10.0.0.1:1001 dst=10.0.0.1:7000 tos=0 ADDR_RESOLVED (0/0)\n"
+	other := strings.ReplaceAll(sample, ":1002 ", ":1004 ") // the same connection on a port the file does not name
+	var out strings.Builder
+	if err := report(strings.NewReader(earlier+sample+other), &out, strings.NewReader(events)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "2 connections, first address resolved to last established 3900 us"; !strings.Contains(got, want) {
+		t.Errorf("missing %q in:\n%s", want, got)
+	}
+}
