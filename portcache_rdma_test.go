@@ -15,12 +15,7 @@ import (
 // is read again before the QP's RTR instead of failing the dial.
 func TestPortCache(t *testing.T) {
 	checkLeaksAtEnd(t)
-	ln := listenTest(t, nil)
-	wg := echoServer(ln)
-	defer wg.Wait()
-	defer ln.Close()
-	keep := dialEcho(t, ln, -1)
-	defer keep.Close()
+	ln, keep := heldDevice(t)
 	d := keep.dev
 	port := keep.port
 

@@ -74,17 +74,27 @@ func dialEcho(t *testing.T, ln *Listener, i int) *Conn {
 	return c
 }
 
+// heldDevice listens on the test device with an echo server and dials one
+// connection that holds the device (its pollers, pool and QP pool) for the
+// whole test; the test's end closes the connection, then the listener, and
+// waits for the echo server.
+func heldDevice(t *testing.T) (*Listener, *Conn) {
+	t.Helper()
+	ln := listenTest(t, nil)
+	wg := echoServer(ln)
+	t.Cleanup(wg.Wait)
+	t.Cleanup(func() { ln.Close() })
+	keep := dialEcho(t, ln, -1)
+	t.Cleanup(func() { keep.Close() })
+	return ln, keep
+}
+
 // TestQPPoolReuse: the QPs of closed connections come back (after their
 // TIMEWAIT_EXIT) and the next connections reuse them: QP numbers repeat,
 // and data flows on the reused QPs.
 func TestQPPoolReuse(t *testing.T) {
 	checkLeaksAtEnd(t)
-	ln := listenTest(t, nil)
-	wg := echoServer(ln)
-	defer wg.Wait()
-	defer ln.Close()
-	keep := dialEcho(t, ln, -1)
-	defer keep.Close()
+	ln, keep := heldDevice(t)
 	d := keep.dev
 	st0, _ := poolStats(d)
 
@@ -141,12 +151,7 @@ func TestQPPoolReuse(t *testing.T) {
 // destroyed, not pooled.
 func TestQPPoolNotBeforeTimewait(t *testing.T) {
 	checkLeaksAtEnd(t)
-	ln := listenTest(t, nil)
-	wg := echoServer(ln)
-	defer wg.Wait()
-	defer ln.Close()
-	keep := dialEcho(t, ln, -1)
-	defer keep.Close()
+	ln, keep := heldDevice(t)
 	d := keep.dev
 
 	for i := range 3 {
@@ -191,12 +196,7 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 // RESET, and a new connection works on it.
 func TestQPPoolFailedConnReset(t *testing.T) {
 	checkLeaksAtEnd(t)
-	ln := listenTest(t, nil)
-	wg := echoServer(ln)
-	defer wg.Wait()
-	defer ln.Close()
-	keep := dialEcho(t, ln, -1)
-	defer keep.Close()
+	ln, keep := heldDevice(t)
 	d := keep.dev
 	st0, _ := poolStats(d)
 
