@@ -319,8 +319,8 @@ func TestSetupProfile(t *testing.T) {
 		// The listener's process, when it is one of its own
 		// (RDMA_SETUP_SERVER_PID, from scripts/setupbench), and this one.
 		srvPID := os.Getenv("RDMA_SETUP_SERVER_PID")
-		self0, srv0 := procCPU("self"), procCPU(srvPID)
 		selfT0, srvT0 := threadCPU("self"), threadCPU(srvPID)
+		self0, srv0 := procCPU(selfT0), procCPU(srvT0)
 		selfF0, srvF0 := minorFaults("self"), minorFaults(srvPID)
 		var ms0, ms1 runtime.MemStats
 		runtime.ReadMemStats(&ms0)
@@ -334,8 +334,8 @@ func TestSetupProfile(t *testing.T) {
 		}
 		dw.Wait()
 		wall := time.Since(start)
-		self1, srv1 := procCPU("self"), procCPU(srvPID)
 		selfT1, srvT1 := threadCPU("self"), threadCPU(srvPID)
+		self1, srv1 := procCPU(selfT1), procCPU(srvT1)
 		selfF1, srvF1 := minorFaults("self"), minorFaults(srvPID)
 		syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 		runtime.ReadMemStats(&ms1)
@@ -432,8 +432,11 @@ func osThreads() int {
 }
 
 // threadCPU is the CPU time each live thread of a process has run, by
-// thread id (/proc/PID/task/*/schedstat), or nil.
+// thread id (/proc/PID/task/*/schedstat), or nil (also for no pid).
 func threadCPU(pid string) map[string]time.Duration {
+	if pid == "" {
+		return nil
+	}
 	tasks, err := os.ReadDir("/proc/" + pid + "/task")
 	if err != nil {
 		return nil
@@ -494,29 +497,16 @@ func minorFaults(pid string) int64 {
 	return n
 }
 
-// procCPU is the CPU time a process's live threads have run
-// (/proc/PID/task/*/schedstat, nanosecond resolution: /proc/PID/stat's
-// ticks of 10 ms are too coarse for a round of 50-100 ms), or -1.
-func procCPU(pid string) time.Duration {
-	tasks, err := os.ReadDir("/proc/" + pid + "/task")
-	if err != nil {
+// procCPU is the CPU time a process's live threads have run, the sum of
+// a threadCPU read (nanosecond resolution: /proc/PID/stat's ticks of 10
+// ms are too coarse for a round of 50-100 ms), or -1 if it failed.
+func procCPU(threads map[string]time.Duration) time.Duration {
+	if threads == nil {
 		return -1
 	}
 	var sum time.Duration
-	for _, task := range tasks {
-		b, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			return -1
-		}
-		sum += time.Duration(ns)
+	for _, d := range threads {
+		sum += d
 	}
 	return sum
 }
