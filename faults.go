@@ -124,6 +124,11 @@ func (d *device) usable(port uint8) error {
 func (d *device) handleAsync(ev verbs.AsyncEvent) {
 	d.events.Add(1)
 	name := d.ctx.Name()
+	if ev.Port != 0 {
+		// A port event (state, LID, P_Key, GID, SM change: the only ones
+		// that name a port): its cached limits may be stale.
+		d.forgetPort(ev.Port)
+	}
 	switch ev.Type {
 	case verbs.EventQPFatal, verbs.EventQPReqErr, verbs.EventQPAccessErr, verbs.EventPathMigErr:
 		err := fmt.Errorf("device %s reported %v (the connection's queue pair failed): %w", name, ev, syscall.ECONNABORTED)
@@ -135,10 +140,7 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 				p.Fail(err) // pollerFailed fails its connections
 			}
 		}
-	case verbs.EventLIDChange, verbs.EventPKeyChange, verbs.EventSMChange, verbs.EventClientReregister, verbs.EventGIDChange:
-		d.forgetPort(ev.Port)
 	case verbs.EventPortErr:
-		d.forgetPort(ev.Port)
 		err := fmt.Errorf("port %d of %s went down (its netdev lost its link or was set down; dial again once it is up): %w",
 			ev.Port, name, syscall.ENETDOWN)
 		d.fmu.Lock()
@@ -146,7 +148,6 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 		d.fmu.Unlock()
 		d.failWhere(err, func(c *Conn) bool { return c.port == ev.Port })
 	case verbs.EventPortActive:
-		d.forgetPort(ev.Port)
 		d.fmu.Lock()
 		delete(d.portErr, ev.Port)
 		d.fmu.Unlock()
