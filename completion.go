@@ -36,7 +36,7 @@ func (c *Conn) handleCompletions(wcs []verbs.WC) {
 		c.sqRetireLocked(idx, wc) // send queue: idx is the request's position
 	}
 	if heard && c.firstHeard != nil {
-		close(c.firstHeard)
+		c.firstHeard()
 		c.firstHeard = nil
 	}
 	if heard && c.kaTimer != nil {

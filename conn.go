@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -78,10 +79,10 @@ type Conn struct {
 	recvReady    []verbs.RecvWR
 	recvDeferred atomic.Bool  // recvReady is not empty: a waiter posts it first
 	toRelease    []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
-	// firstHeard, on the passive side until the handshake ends, is closed
+	// firstHeard, on the passive side until the handshake ends, is called
 	// by the first successful receive completion: the dialer is
 	// established even if its RTU was lost (awaitEstablished).
-	firstHeard chan struct{}
+	firstHeard context.CancelFunc
 }
 
 // newConn makes the connection object and its endpoint (the endpoint's
@@ -384,14 +385,16 @@ func (c *Conn) failLocked(err error) {
 // disconnect (a close, or its process dying) ends the connection.
 func (c *Conn) eventLoop() {
 	defer close(c.eventsDone)
-	defer func() {
-		if err := c.ch.Err(); err != nil { // not our Close: the channel failed
-			c.mu.Lock()
-			c.failLocked(err)
-			c.mu.Unlock()
+	for {
+		ev, err := c.ch.Next(context.Background())
+		if err != nil {
+			if !errors.Is(err, rdmacm.ErrChannelClosed) { // not our Close: the channel failed
+				c.mu.Lock()
+				c.failLocked(err)
+				c.mu.Unlock()
+			}
+			return
 		}
-	}()
-	for ev := range c.ch.Events() {
 		switch ev.Type {
 		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
 			c.mu.Lock()

@@ -81,29 +81,19 @@ func newChannelID() (*rdmacm.Channel, *rdmacm.ID, error) {
 	return ch, id, nil
 }
 
-// waitEvent waits for the next CM event on ch, bounded by ctx.
+// waitEvent waits for the next CM event on ch, bounded by ctx; past ctx's
+// deadline the error is os.ErrDeadlineExceeded, as a net.Conn's.
 func waitEvent(ctx context.Context, ch *rdmacm.Channel) (rdmacm.Event, error) {
-	ev, _, err := waitEventOr(ctx, ch, nil)
-	return ev, err
-}
-
-// waitEventOr is waitEvent that also returns, with fired true and no
-// event, when or closes first.
-func waitEventOr(ctx context.Context, ch *rdmacm.Channel, or <-chan struct{}) (ev rdmacm.Event, fired bool, err error) {
-	select {
-	case ev, ok := <-ch.Events():
-		if !ok {
-			return rdmacm.Event{}, false, errors.New("rdma_cm event channel closed")
-		}
-		return ev, false, nil
-	case <-or:
-		return rdmacm.Event{}, true, nil
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return rdmacm.Event{}, false, os.ErrDeadlineExceeded
-		}
-		return rdmacm.Event{}, false, ctx.Err()
+	ev, err := ch.Next(ctx)
+	switch {
+	case err == nil:
+		return ev, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return ev, os.ErrDeadlineExceeded
+	case errors.Is(err, rdmacm.ErrChannelClosed):
+		return ev, errors.New("rdma_cm event channel closed")
 	}
+	return ev, err
 }
 
 // expect waits for event want; any other event becomes a descriptive error.
@@ -125,26 +115,28 @@ func checkEvent(ev rdmacm.Event, want rdmacm.EventType, what string) error {
 }
 
 // awaitEstablished waits for the dialer's RTU (EventEstablished) after an
-// accept. If the QP hears from the dialer first (heard closes: a dialer
+// accept. If the QP hears from the dialer first (heard is cancelled: a dialer
 // with nothing of its own to send sends an empty message 50 ms after it
 // established, see confirmEstablished), the RTU was lost or is late: the
 // CM is told so (rdma_notify, the verbs remedy for a lost RTU, which
 // applications call on the COMM_EST async event; the first receive
 // completion says the same and needs no async-event plumbing) and raises
 // EventEstablished at once.
-func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, heard <-chan struct{}) error {
+// heard is a context derived from ctx.
+func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, heard context.Context) error {
+	wait := heard
 	for {
-		ev, fired, err := waitEventOr(ctx, ch, heard)
-		if err != nil {
-			return err
-		}
-		if fired {
-			heard = nil
+		ev, err := waitEvent(wait, ch)
+		if err != nil && wait == heard && heard.Err() != nil && ctx.Err() == nil {
+			wait = ctx
 			// Usually the RTU came first and the CM is past this state:
 			// it refuses (EINVAL, EISCONN) and its event is on its way.
 			// Any failure leaves the CM's own retries, as before.
 			_ = id.NotifyEstablished()
 			continue
+		}
+		if err != nil {
+			return err
 		}
 		return checkEvent(ev, rdmacm.EventEstablished, "waiting for the dialer to establish")
 	}
@@ -356,9 +348,10 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		return nil, fail(err)
 	}
 	st.step("QP INIT+RTR+RTS")
-	heard := make(chan struct{})
+	heard, hear := context.WithCancel(ctx)
+	defer hear()
 	c.mu.Lock()
-	c.firstHeard = heard // before a receive is posted: nothing can complete yet
+	c.firstHeard = hear // before a receive is posted: nothing can complete yet
 	c.mu.Unlock()
 	if err = ep.postInitialRecvs(); err != nil {
 		return nil, fail(err)

@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -101,7 +102,14 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 // so one slow dialer does not hold up the others.
 func (l *Listener) loop() {
 	defer close(l.loopDone)
-	for ev := range l.ch.Events() {
+	for {
+		ev, err := l.ch.Next(context.Background())
+		if err != nil {
+			if !errors.Is(err, rdmacm.ErrChannelClosed) {
+				l.fail(err) // not Close: reading connect requests failed
+			}
+			return
+		}
 		if ev.Type == rdmacm.EventDeviceRemoval {
 			l.fail(&deviceFailed{fmt.Sprintf("the RDMA device under %v was removed (rdma link delete, driver unload or a fatal device error): listen again once it is back", l.addr)})
 			continue
@@ -141,9 +149,6 @@ func (l *Listener) loop() {
 		l.pending.Add(1)
 		l.mu.Unlock()
 		go l.handshake(ctx, run, ev)
-	}
-	if err := l.ch.Err(); err != nil {
-		l.fail(err) // not Close: reading connect requests failed
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,7 +98,7 @@ func TestManyConnections(t *testing.T) {
 	wg := echoServer(ln)
 	defer wg.Wait()
 	defer ln.Close()
-	rssBefore := procStatus(t, "VmRSS")
+	rssBefore, gBefore := procStatus(t, "VmRSS"), runtime.NumGoroutine()
 	conns := make([]*Conn, n)
 	defer func() {
 		for _, c := range conns {
@@ -142,12 +143,14 @@ func TestManyConnections(t *testing.T) {
 	}
 	dev := conns[0].dev
 	pool := dev.pool.Stats()
-	rss := procStatus(t, "VmRSS")
+	rss, g := procStatus(t, "VmRSS"), runtime.NumGoroutine()
 	perConn := float64(pool.InUseBytes) / float64(2*n)
 	t.Logf("%d connections (both ends here: %d Conns) set up in %v (%.0f/s); idle: pool in use %d MiB = %.0f KiB per Conn "+
-		"(its rings: client side %.0f KiB each); pool registered %d MiB; RSS %d MiB -> %d MiB; %d fds; %d pollers",
+		"(its rings: client side %.0f KiB each); pool registered %d MiB; RSS %d MiB -> %d MiB; %d fds; %d pollers; "+
+		"goroutines %d -> %d (%.2f per Conn besides the echo server's one per accepted Conn)",
 		n, 2*n, setup, float64(n)/setup.Seconds(), pool.InUseBytes>>20, perConn/1024, float64(ring)/float64(n)/1024,
-		pool.ArenaBytes>>20, rssBefore>>10, rss>>10, openFDs(t), len(dev.pollers.Pollers()))
+		pool.ArenaBytes>>20, rssBefore>>10, rss>>10, openFDs(t), len(dev.pollers.Pollers()),
+		gBefore, g, float64(g-gBefore-n)/float64(2*n))
 	if perConn > idleBudget {
 		t.Errorf("%.0f KiB pinned per idle connection, more than %d KiB", perConn/1024, idleBudget>>10)
 	}

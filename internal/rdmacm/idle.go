@@ -22,8 +22,8 @@ import (
 // next NewChannel takes it instead of opening another.
 //
 // What is kept is the C channel and its registered file only: every user
-// gets a fresh Channel (ids map, events, delivery goroutine), so nothing a
-// former user holds (an *ID, the Events channel) reaches the next one.
+// gets a fresh Channel (ids map, read buffer, closed flag), so nothing a
+// former user holds (an *ID, the Channel) reaches the next one.
 
 // idleMax bounds the idle channels a process keeps: each holds two fds and
 // nothing else (no goroutine, no kernel rdma_cm object).
@@ -53,7 +53,7 @@ func takeIdle() (ic idleChannel, ok bool) {
 	return ic, true
 }
 
-// keepIdle keeps a channel whose delivery goroutine has ended; false if
+// keepIdle keeps a channel no Next is reading any more; false if
 // the pool is full (the caller destroys it).
 func keepIdle(ch *C.struct_rdma_event_channel, file *os.File) bool {
 	if err := file.SetReadDeadline(time.Time{}); err != nil { // the stop's deadline off again

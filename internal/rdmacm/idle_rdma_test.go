@@ -3,6 +3,8 @@
 package rdmacm
 
 import (
+	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -41,8 +43,8 @@ func TestIdleChannelReuse(t *testing.T) {
 	if n := IdleChannels(); n != 1 {
 		t.Fatalf("%d idle channels after closing an empty one, want 1", n)
 	}
-	if _, ok := <-ch.Events(); ok {
-		t.Fatal("the closed channel's Events still delivers")
+	if _, err := ch.Next(context.Background()); !errors.Is(err, ErrChannelClosed) {
+		t.Fatalf("Next on the closed channel: %v, want ErrChannelClosed", err)
 	}
 
 	ch2, err := NewChannel()
@@ -63,10 +65,12 @@ func TestIdleChannelReuse(t *testing.T) {
 	if ev.ID != id2 {
 		t.Fatalf("the reused channel delivered an event for another id: %+v", ev)
 	}
-	select {
-	case ev := <-ch2.Events():
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Millisecond))
+	defer cancel()
+	if ev, err := ch2.Next(ctx); err == nil {
 		t.Fatalf("unexpected second event %s on the reused channel", ev.Type)
-	case <-time.After(rdmatest.Scale(20 * time.Millisecond)):
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting for no event: %v", err)
 	}
 	id2.Destroy()
 	ch2.Close()

@@ -124,6 +124,7 @@ static int init_qp_attr(struct rdma_cm_id *id, void *attr, int state, int *mask)
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -178,32 +179,52 @@ type Event struct {
 	// From the peer's connection parameters (EventConnectRequest / EventConnectResponse).
 	ResponderResources, InitiatorDepth uint8
 	QPNum                              uint32
-	// Read is when the channel's goroutine read the event from the kernel
-	// (the set-up measurements time its delivery from there).
+	// Read is when Next read the event from the kernel (the set-up
+	// measurements time its delivery from there).
 	Read time.Time
 }
 
-// Channel is an rdma_cm event channel. A goroutine reads its events through
-// the netpoller and delivers them on Events.
+// Channel is an rdma_cm event channel. Its events are read by the goroutine
+// that waits for them (Next), through the netpoller: no goroutine of the
+// channel's own reads and hands them on, so an event wakes one goroutine, not
+// two, and a connection's channel costs no goroutine of its own.
 type Channel struct {
-	ch     *C.struct_rdma_event_channel
-	file   *os.File // a dup of the channel fd, registered with the netpoller
-	mu     sync.Mutex
-	ids    map[*C.struct_rdma_cm_id]*ID
-	events chan Event
-	done   chan struct{}
-	err    atomic.Error // why delivery stopped other than by Close (set before events is closed)
+	rch  *C.struct_rdma_event_channel // what Next reads: valid until Close has taken readMu
+	file *os.File                     // a dup of the channel fd, registered with the netpoller
+	rc   syscall.RawConn
+
+	mu  sync.Mutex
+	ch  *C.struct_rdma_event_channel // nil once closed (mu)
+	ids map[*C.struct_rdma_cm_id]*ID // (mu)
+
+	// readMu admits one Next at a time; Close takes it to know no reader
+	// is left in the C channel before it keeps or destroys it.
+	readMu sync.Mutex
+	buf    *eventBuf // (readMu)
+	closed atomic.Bool
+	err    atomic.Error // why reading failed; Next returns it from then on
 	// reusable: Close may keep the C channel for the next NewChannel
 	// (idle.go); cleared once an id on it listens (a listener's channel
 	// may hold connect requests for ids it never saw).
 	reusable atomic.Bool
 }
 
-// NewChannel creates an event channel and starts delivering its events. It
-// reuses a channel an earlier Close kept (idle.go) when there is one.
+// eventBuf is what C fills for one event: kept apart from Channel so the
+// memory passed to C holds no Go pointers.
+type eventBuf struct {
+	ev   C.goevent
+	priv [256]byte
+}
+
+// ErrChannelClosed is returned by Next after Close, and by a Next that
+// Close interrupted.
+var ErrChannelClosed = fmt.Errorf("rdma_cm event channel: %w", net.ErrClosed)
+
+// NewChannel creates an event channel. It reuses a channel an earlier Close
+// kept (idle.go) when there is one.
 func NewChannel() (*Channel, error) {
 	if ic, ok := takeIdle(); ok {
-		return startChannel(ic.ch, ic.file), nil
+		return newChannel(ic.ch, ic.file, true)
 	}
 	var e C.int
 	ch := C.create_channel(&e)
@@ -222,122 +243,170 @@ func NewChannel() (*Channel, error) {
 		C.rdma_destroy_event_channel(ch)
 		return nil, fmt.Errorf("dup rdma_cm channel fd: %w", err)
 	}
-	return startChannel(ch, os.NewFile(uintptr(dup), "rdma_cm")), nil
+	return newChannel(ch, os.NewFile(uintptr(dup), "rdma_cm"), true)
 }
 
-func startChannel(ch *C.struct_rdma_event_channel, file *os.File) *Channel {
-	c := &Channel{
-		ch:   ch,
-		file: file,
-		ids:  make(map[*C.struct_rdma_cm_id]*ID),
-		// A connection's channel carries a handful of events in its whole
-		// life, each read at once by the goroutine waiting for it; a
-		// listener's burst of connect requests waits in the kernel's channel
-		// (its loop reads on as room frees). Room for 16 was 1.4 KB of each
-		// connection end's set-up allocations.
-		events: make(chan Event, 4),
-		done:   make(chan struct{}),
+func newChannel(ch *C.struct_rdma_event_channel, file *os.File, reusable bool) (*Channel, error) {
+	rc, err := file.SyscallConn()
+	if err != nil {
+		file.Close()
+		C.rdma_destroy_event_channel(ch)
+		return nil, fmt.Errorf("rdma_cm event channel: %w", err)
 	}
-	c.reusable.Store(true)
-	go c.loop(ch) // the loop gets the pointer now: Close clears c.ch
-	return c
+	c := &Channel{rch: ch, ch: ch, file: file, rc: rc, ids: make(map[*C.struct_rdma_cm_id]*ID), buf: new(eventBuf)}
+	c.reusable.Store(reusable)
+	return c, nil
 }
-
-// Events delivers the channel's events; it is closed when the channel is,
-// or when reading events failed (Err says why).
-func (c *Channel) Events() <-chan Event { return c.events }
-
-// Err is why Events was closed other than by Close: reading the channel
-// failed. It is nil while events are delivered and after Close; set
-// before Events is closed, so a reader that saw Events close sees it.
-func (c *Channel) Err() error { return c.err.Load() }
 
 var getEventFastFn = unsafe.Pointer(C.get_event_fast_fn())
 
-func (c *Channel) loop(ch *C.struct_rdma_event_channel) {
-	defer close(c.events)
-	rc, err := c.file.SyscallConn()
-	if err != nil {
-		c.err.Store(fmt.Errorf("rdma_cm event channel: %w", err))
-		return
-	}
-	var ev C.goevent
-	priv := make([]byte, 256)
+// aLongTimeAgo is a read deadline that has passed: setting it wakes a
+// blocked Next (as package net interrupts a blocked Read).
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Next waits for the channel's next event, reading it itself, until ctx
+// is done (ctx's error), Close is called (ErrChannelClosed) or reading
+// fails (that error, from then on). Events for ids the channel no longer
+// tracks (destroyed or migrated) are dropped. One caller at a time: a
+// second waits for the first.
+func (c *Channel) Next(ctx context.Context) (Event, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
 	for {
-		var got C.int
-		err := rc.Read(func(uintptr) bool {
-			if fast() {
-				a := C.get_event_args{ch: ch, out: &ev, priv: (*C.uint8_t)(unsafe.Pointer(&priv[0])), cap: C.int(len(priv))}
-				asmcgocall(getEventFastFn, unsafe.Pointer(&a))
-				got = a.ret
-			} else {
-				got = C.get_event(ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
+		if c.closed.Load() {
+			return Event{}, ErrChannelClosed
+		}
+		if err := c.err.Load(); err != nil {
+			return Event{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return Event{}, err
+		}
+		dl, _ := ctx.Deadline()
+		if err := c.file.SetReadDeadline(dl); err != nil {
+			if c.closed.Load() {
+				return Event{}, ErrChannelClosed
 			}
-			return got != 0
-		})
-		select {
-		case <-c.done:
-			return // Close
+			return Event{}, c.failed(fmt.Errorf("rdma_cm event channel: %w", err))
+		}
+		var stop func() bool
+		if ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, c.interrupt)
+		}
+		// Close stores closed before it sets its own deadline: a deadline
+		// of ours set after that one replaced it, but then this sees closed.
+		if c.closed.Load() {
+			if stop != nil {
+				stop()
+			}
+			return Event{}, ErrChannelClosed
+		}
+		got, err := c.read()
+		if stop != nil {
+			stop()
+		}
+		switch {
+		case got > 0:
+			if ev, ok := c.event(); ok {
+				return ev, nil
+			}
+		case got < 0:
+			return Event{}, c.failed(fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(-got)))
+		case c.closed.Load():
+			return Event{}, ErrChannelClosed
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// ctx's deadline (its own timer may not have fired yet), its
+			// cancellation, or an interrupt left by an earlier wait: the
+			// checks above tell which.
+			if !dl.IsZero() && !time.Now().Before(dl) {
+				return Event{}, context.DeadlineExceeded
+			}
 		default:
-		}
-		if err != nil {
-			c.err.Store(fmt.Errorf("rdma_cm event channel: %w", err))
-			return
-		}
-		if got < 0 {
-			c.err.Store(fmt.Errorf("rdma_get_cm_event: %w", syscall.Errno(-got)))
-			return
-		}
-		out := Event{
-			Read: time.Now(),
-			Type: EventType(ev.event), Status: int(ev.status),
-			ResponderResources: uint8(ev.responder_resources), InitiatorDepth: uint8(ev.initiator_depth),
-			QPNum: uint32(ev.qp_num),
-		}
-		if ev.priv_len > 0 {
-			out.PrivateData = append([]byte(nil), priv[:ev.priv_len]...)
-		}
-		c.mu.Lock()
-		out.ID = c.ids[ev.id]
-		if out.ID == nil && out.Type == EventConnectRequest {
-			out.ID = &ID{id: ev.id}
-		}
-		c.mu.Unlock()
-		if out.ID == nil {
-			continue // an id this channel no longer tracks (destroyed or migrated)
-		}
-		select {
-		case c.events <- out:
-		case <-c.done:
-			return
+			return Event{}, c.failed(fmt.Errorf("rdma_cm event channel: %w", err))
 		}
 	}
 }
 
-// Close stops delivery and destroys the channel, or keeps it for the next
-// NewChannel when no id is left on it and it never failed (idle.go). Every
-// id on it must be destroyed or migrated first. Idempotent.
+// interrupt wakes a blocked Next.
+func (c *Channel) interrupt() { c.file.SetReadDeadline(aLongTimeAgo) }
+
+// failed records err as the channel's terminal error and returns it.
+func (c *Channel) failed(err error) error {
+	c.err.CompareAndSwap(nil, err)
+	return c.err.Load()
+}
+
+// read takes one event into c.buf when the kernel has one, waiting in the
+// netpoller until then: got is 1 on an event, -errno when
+// rdma_get_cm_event failed, 0 with err when the wait ended (deadline,
+// closed file).
+func (c *Channel) read() (got C.int, err error) {
+	b := c.buf
+	err = c.rc.Read(func(uintptr) bool {
+		if fast() {
+			a := C.get_event_args{ch: c.rch, out: &b.ev, priv: (*C.uint8_t)(unsafe.Pointer(&b.priv[0])), cap: C.int(len(b.priv))}
+			asmcgocall(getEventFastFn, unsafe.Pointer(&a))
+			got = a.ret
+		} else {
+			got = C.get_event(c.rch, &b.ev, (*C.uint8_t)(unsafe.Pointer(&b.priv[0])), C.int(len(b.priv)))
+		}
+		return got != 0
+	})
+	if got != 0 {
+		err = nil
+	}
+	return got, err
+}
+
+// event converts the event in c.buf; ok is false for an id the channel
+// no longer tracks.
+func (c *Channel) event() (out Event, ok bool) {
+	ev := &c.buf.ev
+	out = Event{
+		Read: time.Now(),
+		Type: EventType(ev.event), Status: int(ev.status),
+		ResponderResources: uint8(ev.responder_resources), InitiatorDepth: uint8(ev.initiator_depth),
+		QPNum: uint32(ev.qp_num),
+	}
+	if ev.priv_len > 0 {
+		out.PrivateData = append([]byte(nil), c.buf.priv[:ev.priv_len]...)
+	}
+	c.mu.Lock()
+	out.ID = c.ids[ev.id]
+	if out.ID == nil && out.Type == EventConnectRequest {
+		out.ID = &ID{id: ev.id}
+	}
+	c.mu.Unlock()
+	return out, out.ID != nil
+}
+
+// Close ends the channel: a blocked Next returns ErrChannelClosed, and
+// Close waits for it to leave, then destroys the channel, or keeps it for
+// the next NewChannel when no id is left on it and reading it never failed
+// (idle.go). Every id on it must be destroyed or migrated first.
+// Idempotent.
 func (c *Channel) Close() error {
 	c.mu.Lock()
 	if c.ch == nil {
 		c.mu.Unlock()
 		return nil
 	}
-	close(c.done)
 	ch := c.ch
 	c.ch = nil
 	keep := c.reusable.Load() && len(c.ids) == 0
 	c.mu.Unlock()
+	c.closed.Store(true)
 	if keep {
-		// Wakes loop's Read but keeps the fd and its netpoller registration.
-		keep = c.file.SetReadDeadline(time.Unix(1, 0)) == nil
+		// Wakes a reader but keeps the fd and its netpoller registration.
+		keep = c.file.SetReadDeadline(aLongTimeAgo) == nil
 	}
 	if !keep {
-		c.file.Close() // wakes loop's Read
+		c.file.Close() // wakes a reader
 	}
-	for range c.events {
-	}
-	if keep && c.err.Load() == nil && keepIdle(ch, c.file) {
+	c.readMu.Lock() // no reader is left in the C channel
+	failed := c.err.Load() != nil
+	c.readMu.Unlock()
+	if keep && !failed && keepIdle(ch, c.file) {
 		return nil
 	}
 	if keep {

@@ -3,6 +3,7 @@
 package rdmacm
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -17,19 +18,16 @@ import (
 
 func next(t *testing.T, c *Channel, want EventType) Event {
 	t.Helper()
-	select {
-	case ev, ok := <-c.Events():
-		if !ok {
-			t.Fatalf("channel closed waiting for %s", want)
-		}
-		if ev.Type != want {
-			t.Fatalf("got event %s (status %d), want %s", ev.Type, ev.Status, want)
-		}
-		return ev
-	case <-time.After(rdmatest.Scale(10 * time.Second)):
-		t.Fatalf("timed out waiting for %s", want)
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
+	defer cancel()
+	ev, err := c.Next(ctx)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", want, err)
 	}
-	return Event{}
+	if ev.Type != want {
+		t.Fatalf("got event %s (status %d), want %s", ev.Type, ev.Status, want)
+	}
+	return ev
 }
 
 // qpFor creates an RC QP on the id's device and moves it to state through the

@@ -3,6 +3,7 @@
 package rdmacm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,18 +24,24 @@ func TestDestroyedID(t *testing.T) {
 	}
 }
 
-// TestChannelErr: a channel's terminal error is nil until its reader
-// stops on a failure, and readable from any goroutine.
+// TestChannelErr: the first failure to read a channel is its terminal
+// error: later failures do not replace it, and every Next returns it
+// without reading.
 func TestChannelErr(t *testing.T) {
 	var c Channel
-	if err := c.Err(); err != nil {
-		t.Fatalf("Err of a working channel: %v", err)
+	first := errors.New("rdma_get_cm_event: bad file descriptor")
+	if got := c.failed(first); got != first {
+		t.Fatalf("failed = %v, want %v", got, first)
 	}
-	want := errors.New("rdma_cm event channel: read failed")
-	c.err.Store(want)
+	if got := c.failed(errors.New("a later failure")); got != first {
+		t.Fatalf("a second failure replaced the first: %v", got)
+	}
 	done := make(chan error)
-	go func() { done <- c.Err() }()
-	if got := <-done; got != want {
-		t.Errorf("Err = %v, want %v", got, want)
+	go func() {
+		_, err := c.Next(context.Background())
+		done <- err
+	}()
+	if got := <-done; got != first {
+		t.Errorf("Next = %v, want %v", got, first)
 	}
 }

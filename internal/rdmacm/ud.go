@@ -90,7 +90,8 @@ type UDEvent struct {
 
 // UDChannel is an event channel for ids in the UDP port space (RDMA_PS_UDP,
 // unreliable datagrams). It is a Channel whose events carry the UD
-// parameters: read them from UDEvents, not Events.
+// parameters: read them from UDEvents (a goroutine of its own delivers
+// them), not with Next.
 type UDChannel struct {
 	*Channel
 	udEvents chan UDEvent
@@ -114,15 +115,12 @@ func NewUDChannel() (*UDChannel, error) {
 		C.rdma_destroy_event_channel(ch)
 		return nil, fmt.Errorf("dup rdma_cm channel fd: %w", err)
 	}
-	c := &Channel{
-		ch:     ch,
-		file:   os.NewFile(uintptr(dup), "rdma_cm-ud"),
-		ids:    make(map[*C.struct_rdma_cm_id]*ID),
-		events: make(chan Event), // unused; closed by udLoop so Close's drain ends
-		done:   make(chan struct{}),
+	c, err := newChannel(ch, os.NewFile(uintptr(dup), "rdma_cm-ud"), false)
+	if err != nil {
+		return nil, err
 	}
 	u := &UDChannel{Channel: c, udEvents: make(chan UDEvent, 16), loopDone: make(chan struct{})}
-	go u.udLoop(c.ch)
+	go u.udLoop(c.rch)
 	return u, nil
 }
 
@@ -151,17 +149,12 @@ func (u *UDChannel) Close() error {
 func (u *UDChannel) udLoop(ch *C.struct_rdma_event_channel) {
 	c := u.Channel
 	defer close(u.loopDone)
-	defer close(c.events) // Channel.Close waits for it
 	defer close(u.udEvents)
-	rc, err := c.file.SyscallConn()
-	if err != nil {
-		return
-	}
 	var ev C.goudevent
 	priv := make([]byte, 256)
 	for {
 		var got C.int
-		err := rc.Read(func(uintptr) bool {
+		err := c.rc.Read(func(uintptr) bool {
 			got = C.ud_get_event(ch, &ev, (*C.uint8_t)(unsafe.Pointer(&priv[0])), C.int(len(priv)))
 			return got != 0
 		})
@@ -185,11 +178,7 @@ func (u *UDChannel) udLoop(ch *C.struct_rdma_event_channel) {
 		if out.ID == nil {
 			continue // an id this channel no longer tracks (destroyed)
 		}
-		select {
-		case u.udEvents <- out:
-		case <-c.done:
-			return
-		}
+		u.udEvents <- out // Stop waits for this: UDEvents' reader reads until it is closed
 	}
 }
 

@@ -1,0 +1,137 @@
+//go:build linux && cgo
+
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma/internal/rdmatest"
+)
+
+// TestNextWaits: Next, which reads the channel in its caller's goroutine,
+// ends on each of the three things that can end a wait, and on nothing
+// else: its context's cancellation and deadline, Close, and an event; an
+// interrupt left over from an earlier wait does not end a later one.
+func TestNextWaits(t *testing.T) {
+	env := rdmatest.Require(t)
+	addr := netip.MustParseAddr(env.Addr)
+	ch, err := NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	id, err := ch.CreateID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer id.Destroy()
+	patience := rdmatest.Scale(10 * time.Second)
+
+	// Cancelled while blocked.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(rdmatest.Scale(20*time.Millisecond), cancel)
+	t0 := time.Now()
+	if _, err := ch.Next(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with a cancelled context: %v", err)
+	}
+	if d := time.Since(t0); d > patience {
+		t.Fatalf("cancellation took %v to end Next", d)
+	}
+
+	// A deadline: not before it.
+	wait := rdmatest.Scale(30 * time.Millisecond)
+	ctx, cancel = context.WithTimeout(context.Background(), wait)
+	t0 = time.Now()
+	_, err = ch.Next(ctx)
+	cancel()
+	if d := time.Since(t0); !errors.Is(err, context.DeadlineExceeded) || d < wait {
+		t.Fatalf("Next with a %v deadline: %v after %v", wait, err, d)
+	}
+
+	// A stale interrupt (a cancellation's wake-up that lost the race with
+	// the event it was to cut short lands in the next wait) wakes a Next
+	// whose own context is live: it waits on for, and returns, the event.
+	time.AfterFunc(rdmatest.Scale(10*time.Millisecond), ch.interrupt)
+	time.AfterFunc(rdmatest.Scale(40*time.Millisecond), func() {
+		if err := id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(addr, 1), 2000); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx, cancel = context.WithTimeout(context.Background(), patience)
+	ev, err := ch.Next(ctx)
+	cancel()
+	if err != nil || ev.Type != EventAddrResolved || ev.ID != id {
+		t.Fatalf("Next after a stale interrupt: %+v, %v", ev, err)
+	}
+
+	// Many short waits cut by their contexts while events arrive: every
+	// event is read once, by some wait, and no wait hangs.
+	const n = 20
+	var got int
+	var wg sync.WaitGroup
+	ids := make([]*ID, n)
+	for i := range ids {
+		if ids[i], err = ch.CreateID(); err != nil {
+			t.Fatal(err)
+		}
+		defer ids[i].Destroy()
+	}
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * time.Millisecond)
+			if err := ids[i].ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(addr, 1), 2000); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(patience)
+	for got < n && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+got%3)*time.Millisecond)
+		ev, err := ch.Next(ctx)
+		cancel()
+		switch {
+		case err == nil && ev.Type == EventAddrResolved:
+			got++
+		case err == nil:
+			t.Fatalf("unexpected %s", ev.Type)
+		case !errors.Is(err, context.DeadlineExceeded):
+			t.Fatalf("a short wait: %v", err)
+		}
+	}
+	wg.Wait()
+	if got != n {
+		t.Fatalf("%d of %d events read", got, n)
+	}
+
+	// Close wakes a blocked Next and returns after it left; Next after
+	// Close fails at once.
+	done := make(chan error, 1)
+	go func() {
+		_, err := ch.Next(context.Background())
+		done <- err
+	}()
+	time.Sleep(rdmatest.Scale(20 * time.Millisecond))
+	for _, i := range ids {
+		i.Destroy()
+	}
+	id.Destroy()
+	ch.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrChannelClosed) {
+			t.Fatalf("Next blocked across Close: %v", err)
+		}
+	default:
+		t.Fatal("Close returned before the blocked Next did")
+	}
+	if _, err := ch.Next(context.Background()); !errors.Is(err, ErrChannelClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+}
