@@ -20,16 +20,7 @@ import (
 func TestNextWaits(t *testing.T) {
 	env := rdmatest.Require(t)
 	addr := netip.MustParseAddr(env.Addr)
-	ch, err := NewChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	id, err := ch.CreateID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer id.Destroy()
+	ch, id := channelID(t)
 	patience := rdmatest.Scale(10 * time.Second)
 
 	// Cancelled while blocked.
@@ -47,7 +38,7 @@ func TestNextWaits(t *testing.T) {
 	wait := rdmatest.Scale(30 * time.Millisecond)
 	ctx, cancel = context.WithTimeout(context.Background(), wait)
 	t0 = time.Now()
-	_, err = ch.Next(ctx)
+	_, err := ch.Next(ctx)
 	cancel()
 	if d := time.Since(t0); !errors.Is(err, context.DeadlineExceeded) || d < wait {
 		t.Fatalf("Next with a %v deadline: %v after %v", wait, err, d)

@@ -30,6 +30,23 @@ func next(t *testing.T, c *Channel, want EventType) Event {
 	return ev
 }
 
+// channelID is a new channel and an id on it, destroyed (the id first) and
+// closed when t ends.
+func channelID(t testing.TB) (*Channel, *ID) {
+	t.Helper()
+	ch, err := NewChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	id, err := ch.CreateID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { id.Destroy() })
+	return ch, id
+}
+
 // qpFor creates an RC QP on the id's device and moves it to state through the
 // validated table with the attributes rdma_cm computes.
 type endpoint struct {
@@ -105,16 +122,7 @@ func TestConnectAcceptDisconnect(t *testing.T) {
 func connectAcceptDisconnect(t *testing.T, env rdmatest.Env) {
 	addr := netip.MustParseAddr(env.Addr)
 
-	lch, err := NewChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lch.Close()
-	lid, err := lch.CreateID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lid.Destroy()
+	lch, lid := channelID(t)
 	if err := lid.BindAddr(netip.AddrPortFrom(addr, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -126,16 +134,7 @@ func connectAcceptDisconnect(t *testing.T, env rdmatest.Env) {
 		t.Fatalf("listener address %v, want %v with a port", laddr, addr)
 	}
 
-	cch, err := NewChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cch.Close()
-	cid, err := cch.CreateID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cid.Destroy()
+	cch, cid := channelID(t)
 	if err := cid.ResolveAddr(netip.AddrPort{}, laddr, 2000); err != nil {
 		t.Fatal(err)
 	}
@@ -268,16 +267,7 @@ func TestSetupCallErrors(t *testing.T) {
 // TestConnectRefused: nobody listens on the port, the request is rejected quickly.
 func TestConnectRefused(t *testing.T) {
 	env := rdmatest.Require(t)
-	ch, err := NewChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	id, err := ch.CreateID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer id.Destroy()
+	ch, id := channelID(t)
 	if err := id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(netip.MustParseAddr(env.Addr), 1), 2000); err != nil {
 		t.Fatal(err)
 	}
