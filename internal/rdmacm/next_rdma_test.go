@@ -102,25 +102,38 @@ func TestNextWaits(t *testing.T) {
 	}
 
 	// Close wakes a blocked Next and returns after it left; Next after
-	// Close fails at once.
+	// Close fails at once. Only Next holds readMu for long, so a failed
+	// TryLock says the reader is inside (the goroutine may start late on a
+	// loaded host: a fixed sleep does not prove it), and a successful one
+	// after Close says it has left.
 	done := make(chan error, 1)
 	go func() {
 		_, err := ch.Next(context.Background())
 		done <- err
 	}()
-	time.Sleep(rdmatest.Scale(20 * time.Millisecond))
+	for start := time.Now(); ch.readMu.TryLock(); {
+		ch.readMu.Unlock()
+		if time.Since(start) > patience {
+			t.Fatal("the reader never entered Next")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for _, i := range ids {
 		i.Destroy()
 	}
 	id.Destroy()
 	ch.Close()
+	if !ch.readMu.TryLock() {
+		t.Fatal("Close returned before the blocked Next left")
+	}
+	ch.readMu.Unlock()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrChannelClosed) {
 			t.Fatalf("Next blocked across Close: %v", err)
 		}
-	default:
-		t.Fatal("Close returned before the blocked Next did")
+	case <-time.After(patience):
+		t.Fatal("the blocked Next did not return after Close")
 	}
 	if _, err := ch.Next(context.Background()); !errors.Is(err, ErrChannelClosed) {
 		t.Fatalf("Next after Close: %v", err)
