@@ -101,6 +101,9 @@ type Sample struct {
 	// Counters: the library's ConnStats of both processes, per message
 	// (per round trip for latency), keyed "client.X" / "server.X" (ours only).
 	Counters map[string]float64 `json:"counters,omitempty"`
+	// Packets: the device's packets per message (round trip), both
+	// directions, on one host (packets.go); 0 when not counted.
+	Packets float64 `json:"packets,omitempty"`
 }
 
 // pingPong: the client writes Size bytes and reads the echo with io.ReadFull,

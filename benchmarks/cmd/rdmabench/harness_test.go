@@ -133,7 +133,11 @@ func fakeReport(t *testing.T) *report {
 				if mp.Metric == Rate {
 					v = 0.01 * float64(i+1)
 				}
-				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{{Value: v, P99: 2 * v, P999: 3 * v, Check: v}, {Value: v * 1.1}}}
+				pkts := 0.0 // TCP counts none
+				if r.Kind != "tcp" {
+					pkts = float64(i) + 0.5
+				}
+				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{{Value: v, P99: 2 * v, P999: 3 * v, Check: v, Packets: pkts}, {Value: v * 1.1, Packets: pkts}}}
 			}
 		}
 	}
@@ -223,5 +227,53 @@ func TestReportSVGAndTable(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestReportPackets(t *testing.T) {
+	r := fakeReport(t)
+	var b strings.Builder
+	r.printTable(&b)
+	out := b.String()
+	for _, want := range []string{"device packets per round trip", "device packets per message", "conn-pingpong 0.50", "ib_send_lat -R "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "  64 B") && strings.Contains(l, "conn-pingpong 0.50") && strings.Contains(l, "tcp") {
+			t.Errorf("a TCP column has packets: %q", l)
+		}
+	}
+	for _, j := range r.results() {
+		if j.Baseline == "tcp" && j.BaselinePackets != nil {
+			t.Errorf("%s %d: TCP baseline with packets", j.Case, j.Size)
+		}
+		if j.Baseline == "perftest" && j.BaselineValue != nil && j.BaselinePackets == nil {
+			t.Errorf("%s %d vs %s: no baseline packets", j.Case, j.Size, j.BaselineCmd)
+		}
+		if j.Ours != nil && j.OursPackets == nil {
+			t.Errorf("%s %d: no packets of ours", j.Case, j.Size)
+		}
+	}
+}
+
+func TestCountPackets(t *testing.T) {
+	before, ok := devicePackets()
+	s, err := countPackets(10, func() (*Sample, error) { return &Sample{Value: 1}, nil })
+	if err != nil || s == nil {
+		t.Fatal(s, err)
+	}
+	if !ok && s.Packets != 0 {
+		t.Fatalf("no device counter, yet %v packets per message", s.Packets)
+	}
+	if ok {
+		after, _ := devicePackets()
+		if after < before {
+			t.Fatalf("sent_pkts went back: %d -> %d", before, after)
+		}
+	}
+	if _, err := countPackets(10, func() (*Sample, error) { return nil, io.EOF }); err != io.EOF {
+		t.Fatalf("error not passed on: %v", err)
 	}
 }

@@ -29,6 +29,7 @@ type report struct {
 // aggregate is the median over the repetitions of each statistic.
 type aggregate struct {
 	Value, P99, P999, Avg, Check float64
+	Packets                      float64            // device packets per message (packets.go)
 	Reps                         []float64          // each repetition's value
 	Counters                     map[string]float64 // median per key over the repetitions
 	Errs                         []string
@@ -52,6 +53,7 @@ func (h *harness) report(plan []metricPlan, cells map[cellKey]*cell, wall time.D
 			a.P999 = field(func(s *Sample) float64 { return s.P999 })
 			a.Avg = field(func(s *Sample) float64 { return s.Avg })
 			a.Check = field(func(s *Sample) float64 { return s.Check })
+			a.Packets = field(func(s *Sample) float64 { return s.Packets })
 			for _, s := range c.Samples {
 				a.Reps = append(a.Reps, s.Value)
 			}
@@ -191,6 +193,7 @@ func (r *report) printTable(w io.Writer) {
 		}
 		tw.Flush()
 		r.printCounters(w, mp)
+		r.printPackets(w, mp)
 	}
 	if r.h.remote != nil || r.h.reps > 1 && r.h.verbose {
 		r.printSpread(w)
@@ -312,11 +315,14 @@ type jsonResult struct {
 	OursAvg       *float64 `json:"ours_avg,omitempty"`
 	// OursCounters: work per message (round trip) of both processes,
 	// "client.X" / "server.X" (medians over the repetitions).
-	OursCounters  map[string]float64 `json:"ours_counters,omitempty"`
-	BaselineAvg   *float64           `json:"baseline_avg,omitempty"`
-	BaselineCheck *float64           `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
-	OursReps      []float64          `json:"ours_reps"`
-	BaselineReps  []float64          `json:"baseline_reps"`
+	OursCounters map[string]float64 `json:"ours_counters,omitempty"`
+	// Device packets per message (round trip), both directions (packets.go).
+	OursPackets     *float64  `json:"ours_packets,omitempty"`
+	BaselinePackets *float64  `json:"baseline_packets,omitempty"`
+	BaselineAvg     *float64  `json:"baseline_avg,omitempty"`
+	BaselineCheck   *float64  `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
+	OursReps        []float64 `json:"ours_reps"`
+	BaselineReps    []float64 `json:"baseline_reps"`
 	// Repetitions more than unstableSpread apart (the table's "!").
 	OursUnstable     bool   `json:"ours_unstable,omitempty"`
 	BaselineUnstable bool   `json:"baseline_unstable,omitempty"`
@@ -346,6 +352,9 @@ func (r *report) results() []jsonResult {
 					if oa != nil {
 						j.Ours, j.OursReps, j.OursUnstable = ptr(oa.Value), oa.Reps, oa.unstable()
 						j.OursCounters = oa.Counters
+						if oa.Packets > 0 {
+							j.OursPackets = ptr(oa.Packets)
+						}
 						if m == Latency {
 							j.OursP99, j.OursP999, j.OursAvg = ptr(oa.P99), ptr(oa.P999), ptr(oa.Avg)
 						}
@@ -359,6 +368,9 @@ func (r *report) results() []jsonResult {
 						}
 						if ba.Check > 0 {
 							j.BaselineCheck = ptr(ba.Check)
+						}
+						if ba.Packets > 0 {
+							j.BaselinePackets = ptr(ba.Packets)
 						}
 					} else {
 						errs = append(errs, b.Label+" failed: "+strings.Join(r.errs(m, size, b.Label), "; "))
