@@ -104,6 +104,8 @@ type Sample struct {
 	// Packets: the device's packets per message (round trip), both
 	// directions, on one host (packets.go); 0 when not counted.
 	Packets float64 `json:"packets,omitempty"`
+	// CPU: each CPU's busy time per message (round trip) on one host (cpu.go).
+	CPU []CPUUse `json:"cpu,omitempty"`
 }
 
 // pingPong: the client writes Size bytes and reads the echo with io.ReadFull,

@@ -137,7 +137,11 @@ func fakeReport(t *testing.T) *report {
 				if r.Kind != "tcp" {
 					pkts = float64(i) + 0.5
 				}
-				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{{Value: v, P99: 2 * v, P999: 3 * v, Check: v, Packets: pkts}, {Value: v * 1.1, Packets: pkts}}}
+				cpu := []CPUUse{{CPU: 0, Busy: 100 * float64(i+1), Kernel: 60}, {CPU: 1, Busy: 200, Kernel: 150}}
+				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{
+					{Value: v, P99: 2 * v, P999: 3 * v, Check: v, Packets: pkts, CPU: cpu},
+					{Value: v * 1.1, Packets: pkts, CPU: []CPUUse{{CPU: 0, Busy: 300, Kernel: 80}, {CPU: 1, Busy: 200, Kernel: 150}}},
+					{Value: v * 1.2, Packets: pkts, CPU: cpu}}}
 			}
 		}
 	}
@@ -275,5 +279,54 @@ func TestCountPackets(t *testing.T) {
 	}
 	if _, err := countPackets(10, func() (*Sample, error) { return nil, io.EOF }); err != io.EOF {
 		t.Fatalf("error not passed on: %v", err)
+	}
+}
+
+func TestParseCPUTimes(t *testing.T) {
+	stat := `cpu  10 1 20 500 3 4 5 0 0 0
+cpu0 1 0 2 100 0 0 1 0 0 0
+cpu1 9 1 18 400 3 4 4 7 0 0
+intr 12345 0 0
+ctxt 999
+`
+	got := parseCPUTimes(stat)
+	want := []cpuTime{{busy: 4, kernel: 3}, {busy: 36, kernel: 26}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parseCPUTimes = %v, want %v", got, want)
+	}
+	per := cpuPerMessage(want, []cpuTime{{busy: 14, kernel: 3}, {busy: 136, kernel: 76}}, 100)
+	wantPer := []CPUUse{{CPU: 0, Busy: 1000, Kernel: 0}, {CPU: 1, Busy: 10000, Kernel: 5000}}
+	if !slices.Equal(per, wantPer) {
+		t.Fatalf("cpuPerMessage = %v, want %v", per, wantPer)
+	}
+	// A counter that went back (a CPU taken offline and back) or a CPU that
+	// appeared in between gives nothing rather than nonsense.
+	if got := cpuPerMessage(want, []cpuTime{{busy: 3, kernel: 3}, {busy: 40, kernel: 30}}, 10); got != nil {
+		t.Fatalf("went back: %v", got)
+	}
+	if got := cpuPerMessage(want, append(want, cpuTime{}), 10); got != nil {
+		t.Fatalf("a CPU appeared: %v", got)
+	}
+	if got := cpuTimes(); len(got) == 0 {
+		t.Fatal("no CPU in /proc/stat")
+	}
+}
+
+func TestReportCPU(t *testing.T) {
+	r := fakeReport(t)
+	var b strings.Builder
+	r.printTable(&b)
+	out := b.String()
+	// The median per CPU over the three repetitions: CPU 0 100, 300, 100
+	// for the first column.
+	for _, want := range []string{"CPU µs per round trip, busy/kernel on each CPU (server on CPU 0, client on CPU 1", "CPU µs per message", "conn-pingpong 100/60 200/150", "tcp "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, j := range r.results() {
+		if j.Ours != nil && len(j.OursCPU) != 2 || j.BaselineValue != nil && len(j.BaselineCPU) != 2 {
+			t.Errorf("%s %d vs %s: CPU %v / %v", j.Case, j.Size, j.BaselineCmd, j.OursCPU, j.BaselineCPU)
+		}
 	}
 }

@@ -30,6 +30,7 @@ type report struct {
 type aggregate struct {
 	Value, P99, P999, Avg, Check float64
 	Packets                      float64            // device packets per message (packets.go)
+	CPU                          []CPUUse           // CPU time per message by CPU (cpu.go)
 	Reps                         []float64          // each repetition's value
 	Counters                     map[string]float64 // median per key over the repetitions
 	Errs                         []string
@@ -54,6 +55,7 @@ func (h *harness) report(plan []metricPlan, cells map[cellKey]*cell, wall time.D
 			a.Avg = field(func(s *Sample) float64 { return s.Avg })
 			a.Check = field(func(s *Sample) float64 { return s.Check })
 			a.Packets = field(func(s *Sample) float64 { return s.Packets })
+			a.CPU = medianCPU(c.Samples)
 			for _, s := range c.Samples {
 				a.Reps = append(a.Reps, s.Value)
 			}
@@ -194,6 +196,7 @@ func (r *report) printTable(w io.Writer) {
 		tw.Flush()
 		r.printCounters(w, mp)
 		r.printPackets(w, mp)
+		r.printCPU(w, mp)
 	}
 	if r.h.remote != nil || r.h.reps > 1 && r.h.verbose {
 		r.printSpread(w)
@@ -317,12 +320,15 @@ type jsonResult struct {
 	// "client.X" / "server.X" (medians over the repetitions).
 	OursCounters map[string]float64 `json:"ours_counters,omitempty"`
 	// Device packets per message (round trip), both directions (packets.go).
-	OursPackets     *float64  `json:"ours_packets,omitempty"`
-	BaselinePackets *float64  `json:"baseline_packets,omitempty"`
-	BaselineAvg     *float64  `json:"baseline_avg,omitempty"`
-	BaselineCheck   *float64  `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
-	OursReps        []float64 `json:"ours_reps"`
-	BaselineReps    []float64 `json:"baseline_reps"`
+	OursPackets     *float64 `json:"ours_packets,omitempty"`
+	BaselinePackets *float64 `json:"baseline_packets,omitempty"`
+	// CPU time per message (round trip) by CPU, µs (cpu.go).
+	OursCPU       []CPUUse  `json:"ours_cpu,omitempty"`
+	BaselineCPU   []CPUUse  `json:"baseline_cpu,omitempty"`
+	BaselineAvg   *float64  `json:"baseline_avg,omitempty"`
+	BaselineCheck *float64  `json:"baseline_check_MBps,omitempty"` // perftest MsgRate x size
+	OursReps      []float64 `json:"ours_reps"`
+	BaselineReps  []float64 `json:"baseline_reps"`
 	// Repetitions more than unstableSpread apart (the table's "!").
 	OursUnstable     bool   `json:"ours_unstable,omitempty"`
 	BaselineUnstable bool   `json:"baseline_unstable,omitempty"`
@@ -355,6 +361,7 @@ func (r *report) results() []jsonResult {
 						if oa.Packets > 0 {
 							j.OursPackets = ptr(oa.Packets)
 						}
+						j.OursCPU = oa.CPU
 						if m == Latency {
 							j.OursP99, j.OursP999, j.OursAvg = ptr(oa.P99), ptr(oa.P999), ptr(oa.Avg)
 						}
@@ -372,6 +379,7 @@ func (r *report) results() []jsonResult {
 						if ba.Packets > 0 {
 							j.BaselinePackets = ptr(ba.Packets)
 						}
+						j.BaselineCPU = ba.CPU
 					} else {
 						errs = append(errs, b.Label+" failed: "+strings.Join(r.errs(m, size, b.Label), "; "))
 					}
