@@ -10,19 +10,31 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // CPU time per message, per CPU. On Soft-RoCE the device is the CPU: rxe
 // builds, checksums and copies every packet in the kernel of the CPU that
 // sends or receives it, so a stream is bound by its busiest CPU, and
 // whatever a process spends per message beside rxe's work comes out of the
-// rate. The harness reads /proc/stat around each run on one host and
-// reports, per CPU, the busy time (user, nice, system, irq, softirq) per
-// message and the kernel's share of it (system, irq, softirq: rxe and the
-// system calls). With the processes pinned, CPU 0 is the server's and CPU 1
-// the client's. The run's process start and set-up are included (a few
-// tens of milliseconds over a run of 0.5-1 s; -bw-bytes makes runs longer),
-// and so is anything else the guest ran meanwhile.
+// rate. The harness samples /proc/stat and a packet counter every
+// sampleEvery through each run on one host and reports, per CPU, the busy
+// time (user, nice, system, irq, softirq) per message and the kernel's
+// share of it (system, irq, softirq: rxe and the system calls), over the
+// run's active window: from the first to the last interval in which the
+// counter moved at a quarter or more of its peak rate, so that the
+// processes' start, set-up and teardown are not counted (a default run is
+// about a second, its set-up a large part of it). The window's edges are
+// sampleEvery wide: a few percent of a default bandwidth run. The counter is the RDMA
+// ports' sent_pkts (packets.go) for RDMA runs and the loopback's
+// tx_packets for TCP. With the processes pinned, CPU 0 is the server's and
+// CPU 1 the client's. Windows shorter than minCPUWindow (latency runs, tens
+// of milliseconds) report nothing: /proc/stat counts in 10 ms ticks.
+
+const (
+	sampleEvery  = 10 * time.Millisecond
+	minCPUWindow = 300 * time.Millisecond
+)
 
 // cpuTime is one CPU's busy and kernel time, in clock ticks.
 type cpuTime struct{ busy, kernel uint64 }
@@ -96,19 +108,135 @@ func cpuPerMessage(before, after []cpuTime, messages int) []CPUUse {
 // puts none on the device) and CPU time per message (per round trip for
 // latency) of messages messages.
 func measure(messages int, rdma bool, f func() (*Sample, error)) (*Sample, error) {
-	cpu0 := cpuTimes()
+	counter := loopbackPackets
 	if rdma {
-		return countPackets(messages, func() (*Sample, error) { return withCPU(cpu0, messages, f) })
+		counter = devicePackets
 	}
-	return withCPU(cpu0, messages, f)
-}
-
-func withCPU(before []cpuTime, messages int, f func() (*Sample, error)) (*Sample, error) {
-	s, err := f()
+	sm := startSampler(counter)
+	run := f
+	if rdma {
+		run = func() (*Sample, error) { return countPackets(messages, f) }
+	}
+	s, err := run()
+	window := sm.stop()
 	if err == nil && s != nil {
-		s.CPU = cpuPerMessage(before, cpuTimes(), messages)
+		s.CPU = window.perMessage(messages)
 	}
 	return s, err
+}
+
+// loopbackPackets is the loopback interface's tx_packets (TCP runs).
+func loopbackPackets() (uint64, bool) {
+	b, err := os.ReadFile("/sys/class/net/lo/statistics/tx_packets")
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return v, err == nil
+}
+
+// sample is one reading of the activity counter and the CPUs.
+type sample struct {
+	at   time.Time
+	pkts uint64
+	cpu  []cpuTime
+}
+
+type sampler struct {
+	done    chan struct{}
+	stopped chan []sample
+}
+
+// startSampler reads counter and /proc/stat every sampleEvery until stop.
+func startSampler(counter func() (uint64, bool)) *sampler {
+	sm := &sampler{done: make(chan struct{}), stopped: make(chan []sample, 1)}
+	read := func() (sample, bool) {
+		n, ok := counter()
+		cpu := cpuTimes()
+		return sample{at: time.Now(), pkts: n, cpu: cpu}, ok && cpu != nil
+	}
+	go func() {
+		var out []sample
+		add := func() bool {
+			s, ok := read()
+			if ok {
+				out = append(out, s)
+			}
+			return ok
+		}
+		ok := add()
+		t := time.NewTicker(sampleEvery)
+		defer t.Stop()
+		for ok {
+			select {
+			case <-sm.done:
+				add()
+				sm.stopped <- out
+				return
+			case <-t.C:
+				ok = add()
+			}
+		}
+		<-sm.done
+		sm.stopped <- nil // a reading failed: no window
+	}()
+	return sm
+}
+
+// stop ends the sampling and returns the active window.
+func (sm *sampler) stop() cpuWindow {
+	close(sm.done)
+	return activeWindow(<-sm.stopped)
+}
+
+// cpuWindow is the CPU time spent between two samples.
+type cpuWindow struct {
+	from, to sample
+	ok       bool
+}
+
+// activeWindow is the span of samples over which the counter moved at a
+// quarter or more of its fastest rate: the transfer, without the
+// connection's set-up and teardown and without what a process does
+// between them with no traffic (perftest measures its CPU's clock by
+// spinning for a while after it connects).
+func activeWindow(ss []sample) cpuWindow {
+	if len(ss) < 2 {
+		return cpuWindow{}
+	}
+	rate := func(i int) float64 { // packets per second over interval (i-1, i]
+		d := ss[i].at.Sub(ss[i-1].at).Seconds()
+		if d <= 0 || ss[i].pkts < ss[i-1].pkts {
+			return 0
+		}
+		return float64(ss[i].pkts-ss[i-1].pkts) / d
+	}
+	peak := 0.0
+	for i := 1; i < len(ss); i++ {
+		peak = max(peak, rate(i))
+	}
+	if peak == 0 {
+		return cpuWindow{}
+	}
+	first, last := -1, -1
+	for i := 1; i < len(ss); i++ {
+		if rate(i) >= peak/4 {
+			if first < 0 {
+				first = i - 1
+			}
+			last = i
+		}
+	}
+	return cpuWindow{from: ss[first], to: ss[last], ok: true}
+}
+
+// perMessage is each CPU's time per message over the window; nil when the
+// window is too short to say.
+func (w cpuWindow) perMessage(messages int) []CPUUse {
+	if !w.ok || w.to.at.Sub(w.from.at) < minCPUWindow {
+		return nil
+	}
+	return cpuPerMessage(w.from.cpu, w.to.cpu, messages)
 }
 
 // medianCPU is the per-CPU median over samples (those that have the same
@@ -157,7 +285,7 @@ func (r *report) printCPU(w io.Writer, mp metricPlan) {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(w, "  CPU µs per %s, busy/kernel on each CPU (%s; set-up included):\n", unit, r.cpuRoles())
+			fmt.Fprintf(w, "  CPU µs per %s, busy/kernel on each CPU (%s; the active window of each run):\n", unit, r.cpuRoles())
 			header = true
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", sizeString(size), strings.Join(cells, "\t"))

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -319,7 +320,7 @@ func TestReportCPU(t *testing.T) {
 	out := b.String()
 	// The median per CPU over the three repetitions: CPU 0 100, 300, 100
 	// for the first column.
-	for _, want := range []string{"CPU µs per round trip, busy/kernel on each CPU (server on CPU 0, client on CPU 1", "CPU µs per message", "conn-pingpong 100/60 200/150", "tcp "} {
+	for _, want := range []string{"CPU µs per round trip, busy/kernel on each CPU (server on CPU 0, client on CPU 1; the active window", "CPU µs per message", "conn-pingpong 100/60 200/150", "tcp "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -328,5 +329,63 @@ func TestReportCPU(t *testing.T) {
 		if j.Ours != nil && len(j.OursCPU) != 2 || j.BaselineValue != nil && len(j.BaselineCPU) != 2 {
 			t.Errorf("%s %d vs %s: CPU %v / %v", j.Case, j.Size, j.BaselineCmd, j.OursCPU, j.BaselineCPU)
 		}
+	}
+}
+
+func TestActiveWindow(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	cpu := func(busy uint64) []cpuTime { return []cpuTime{{busy: busy, kernel: busy / 2}} }
+	// Set-up (CPU busy, a few packets), then 400 ms of traffic, then a
+	// few packets more (teardown).
+	ss := []sample{
+		{at(0), 5, cpu(0)}, {at(100), 7, cpu(10)}, {at(200), 8, cpu(20)}, // set-up
+		{at(300), 28, cpu(30)}, {at(500), 68, cpu(50)}, {at(600), 90, cpu(60)}, // traffic
+		{at(700), 91, cpu(62)}, {at(800), 92, cpu(63)}, // teardown
+	}
+	w := activeWindow(ss)
+	if !w.ok || w.from.at != at(200) || w.to.at != at(600) {
+		t.Fatalf("window %v..%v (ok %v), want 200..600 ms", w.from.at.Sub(t0), w.to.at.Sub(t0), w.ok)
+	}
+	got := w.perMessage(10)
+	if want := []CPUUse{{CPU: 0, Busy: 40 * clockTick / 10, Kernel: 20 * clockTick / 10}}; !slices.Equal(got, want) {
+		t.Fatalf("perMessage = %v, want %v", got, want)
+	}
+	// Too short to say, and nothing moved.
+	if got := activeWindow(ss[2:4]).perMessage(10); got != nil {
+		t.Fatalf("a 100 ms window gave %v", got)
+	}
+	if w := activeWindow([]sample{ss[0], {at(100), 5, cpu(10)}}); w.ok {
+		t.Fatal("a window without traffic")
+	}
+}
+
+func TestSampler(t *testing.T) {
+	var mu sync.Mutex
+	var n uint64
+	sm := startSampler(func() (uint64, bool) { mu.Lock(); defer mu.Unlock(); return n, true })
+	time.Sleep(50 * time.Millisecond)
+	for i := 0; i < 40; i++ {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	w := sm.stop()
+	if !w.ok {
+		t.Fatal("no window")
+	}
+	// The counter moved over at least 39 sleeps of 10 ms.
+	if d := w.to.at.Sub(w.from.at); d < 390*time.Millisecond {
+		t.Fatalf("window %v, want at least 390 ms", d)
+	}
+	if len(w.from.cpu) == 0 {
+		t.Fatal("no CPU readings")
+	}
+	// A counter that cannot be read gives no window.
+	sm = startSampler(func() (uint64, bool) { return 0, false })
+	if w := sm.stop(); w.ok {
+		t.Fatal("a window without a counter")
 	}
 }

@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 )
 
-// Packets per message. Soft-RoCE's cost is mostly per packet (in this guest
-// a 64 B message and a 1 KiB packet of a 64 KiB one take about the same
-// time), so the packets a case puts on the wire per message, ACKs and
+// Packets per message. Soft-RoCE's cost is per packet and per byte (its
+// kernel work per packet, cpu.go measures it), so the packets a case puts
+// on the wire per message, ACKs and
 // control messages included, bound its ratio to a perftest tool that moves
 // the same bytes in fewer: these counters say how much of a gap the
 // protocol itself explains before any microsecond of software is counted.
