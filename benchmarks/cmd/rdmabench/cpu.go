@@ -28,8 +28,9 @@ import (
 // sampleEvery wide: a few percent of a default bandwidth run. The counter is the RDMA
 // ports' sent_pkts (packets.go) for RDMA runs and the loopback's
 // tx_packets for TCP. With the processes pinned, CPU 0 is the server's and
-// CPU 1 the client's. Windows shorter than minCPUWindow (latency runs, tens
-// of milliseconds) report nothing: /proc/stat counts in 10 ms ticks.
+// CPU 1 the client's. Latency runs (tens of milliseconds) are not sampled,
+// and windows shorter than minCPUWindow report nothing: /proc/stat counts
+// in 10 ms ticks.
 
 const (
 	sampleEvery  = 10 * time.Millisecond
@@ -105,9 +106,15 @@ func cpuPerMessage(before, after []cpuTime, messages int) []CPUUse {
 }
 
 // measure runs f and sets its sample's device packets (RDMA runs only: TCP
-// puts none on the device) and CPU time per message (per round trip for
-// latency) of messages messages.
-func measure(messages int, rdma bool, f func() (*Sample, error)) (*Sample, error) {
+// puts none on the device) and CPU time per message of messages messages
+// (not for latency: a latency run is too short for /proc/stat's ticks).
+func measure(m Metric, messages int, rdma bool, f func() (*Sample, error)) (*Sample, error) {
+	if m == Latency {
+		if rdma {
+			return countPackets(messages, f)
+		}
+		return f()
+	}
 	counter := loopbackPackets
 	if rdma {
 		counter = devicePackets
@@ -265,7 +272,6 @@ func medianCPU(samples []*Sample) []CPUUse {
 // printCPU lists, per size, every column's CPU time per message by CPU:
 // "busy/kernel" µs.
 func (r *report) printCPU(w io.Writer, mp metricPlan) {
-	unit := map[bool]string{true: "round trip", false: "message"}[mp.Metric == Latency]
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
 	for _, size := range mp.Sizes {
@@ -285,7 +291,7 @@ func (r *report) printCPU(w io.Writer, mp metricPlan) {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(w, "  CPU µs per %s, busy/kernel on each CPU (%s; the active window of each run):\n", unit, r.cpuRoles())
+			fmt.Fprintf(w, "  CPU µs per message, busy/kernel on each CPU (%s; the active window of each run):\n", r.cpuRoles())
 			header = true
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", sizeString(size), strings.Join(cells, "\t"))

@@ -139,9 +139,13 @@ func fakeReport(t *testing.T) *report {
 					pkts = float64(i) + 0.5
 				}
 				cpu := []CPUUse{{CPU: 0, Busy: 100 * float64(i+1), Kernel: 60}, {CPU: 1, Busy: 200, Kernel: 150}}
+				cpu2 := []CPUUse{{CPU: 0, Busy: 300, Kernel: 80}, {CPU: 1, Busy: 200, Kernel: 150}}
+				if mp.Metric == Latency { // not measured (cpu.go)
+					cpu, cpu2 = nil, nil
+				}
 				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{
 					{Value: v, P99: 2 * v, P999: 3 * v, Check: v, Packets: pkts, CPU: cpu},
-					{Value: v * 1.1, Packets: pkts, CPU: []CPUUse{{CPU: 0, Busy: 300, Kernel: 80}, {CPU: 1, Busy: 200, Kernel: 150}}},
+					{Value: v * 1.1, Packets: pkts, CPU: cpu2},
 					{Value: v * 1.2, Packets: pkts, CPU: cpu}}}
 			}
 		}
@@ -319,13 +323,22 @@ func TestReportCPU(t *testing.T) {
 	r.printTable(&b)
 	out := b.String()
 	// The median per CPU over the three repetitions: CPU 0 100, 300, 100
-	// for the first column.
-	for _, want := range []string{"CPU µs per round trip, busy/kernel on each CPU (server on CPU 0, client on CPU 1; the active window", "CPU µs per message", "conn-pingpong 100/60 200/150", "tcp "} {
+	// for each metric's first column.
+	for _, want := range []string{"CPU µs per message, busy/kernel on each CPU (server on CPU 0, client on CPU 1; the active window", "conn-stream 100/60 200/150", "conn-msgrate 100/60 200/150", "tcp "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "CPU µs per round trip") || strings.Contains(out[:strings.Index(out, "Bandwidth")], "CPU µs") {
+		t.Errorf("CPU lines for latency:\n%s", out)
+	}
 	for _, j := range r.results() {
+		if j.Metric == Latency {
+			if j.OursCPU != nil || j.BaselineCPU != nil {
+				t.Errorf("%s %d: CPU for latency", j.Case, j.Size)
+			}
+			continue
+		}
 		if j.Ours != nil && len(j.OursCPU) != 2 || j.BaselineValue != nil && len(j.BaselineCPU) != 2 {
 			t.Errorf("%s %d vs %s: CPU %v / %v", j.Case, j.Size, j.BaselineCmd, j.OursCPU, j.BaselineCPU)
 		}

@@ -487,15 +487,15 @@ func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, erro
 	case "perftest":
 		// Divided by -n: a warm-up of perftest's own would show as more
 		// packets per message.
-		return measure(iters, true, func() (*Sample, error) { return h.runPerftest(ctx, *r.Tool, size, iters) })
+		return measure(r.Metric, iters, true, func() (*Sample, error) { return h.runPerftest(ctx, *r.Tool, size, iters) })
 	case "tcp":
 		warmup := h.work.Warmup(r.Metric)
-		return measure(iters+warmup, false, func() (*Sample, error) {
+		return measure(r.Metric, iters+warmup, false, func() (*Sample, error) {
 			return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "tcp", size: size, iters: iters, warmup: warmup})
 		})
 	}
 	warmup := h.work.Warmup(r.Metric)
-	return measure(iters+warmup, true, func() (*Sample, error) {
+	return measure(r.Metric, iters+warmup, true, func() (*Sample, error) {
 		return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "rdma", size: size, iters: iters, warmup: warmup})
 	})
 }
