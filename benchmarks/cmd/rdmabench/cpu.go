@@ -22,7 +22,8 @@ import (
 // time (user, nice, system, irq, softirq) per message and the kernel's
 // share of it (system, irq, softirq: rxe and the system calls), over the
 // run's active window: from the first to the last interval in which the
-// counter moved at a quarter or more of its peak rate, so that the
+// counter moved at a quarter or more of its typical rate (the median of
+// the intervals in which it moved), so that the
 // processes' start, set-up and teardown are not counted (a default run is
 // about a second, its set-up a large part of it). The window's edges are
 // sampleEvery wide: a few percent of a default bandwidth run. The counter is the RDMA
@@ -203,7 +204,7 @@ type cpuWindow struct {
 }
 
 // activeWindow is the span of samples over which the counter moved at a
-// quarter or more of its fastest rate: the transfer, without the
+// quarter or more of its typical rate: the transfer, without the
 // connection's set-up and teardown and without what a process does
 // between them with no traffic (perftest measures its CPU's clock by
 // spinning for a while after it connects).
@@ -218,16 +219,23 @@ func activeWindow(ss []sample) cpuWindow {
 		}
 		return float64(ss[i].pkts-ss[i-1].pkts) / d
 	}
-	peak := 0.0
+	// The typical rate is the median of the intervals with traffic, not
+	// the fastest: two samples taken close together (a late tick, the last
+	// one at stop) can make any interval's rate look many times the rest.
+	var moving []float64
 	for i := 1; i < len(ss); i++ {
-		peak = max(peak, rate(i))
+		if r := rate(i); r > 0 {
+			moving = append(moving, r)
+		}
 	}
-	if peak == 0 {
+	if len(moving) == 0 {
 		return cpuWindow{}
 	}
+	slices.Sort(moving)
+	typical := median(moving)
 	first, last := -1, -1
 	for i := 1; i < len(ss); i++ {
-		if rate(i) >= peak/4 {
+		if rate(i) >= typical/4 {
 			if first < 0 {
 				first = i - 1
 			}

@@ -356,6 +356,9 @@ func TestActiveWindow(t *testing.T) {
 		{at(300), 28, cpu(30)}, {at(500), 68, cpu(50)}, {at(600), 90, cpu(60)}, // traffic
 		{at(700), 91, cpu(62)}, {at(800), 92, cpu(63)}, // teardown
 	}
+	// A sample 1 ms after the one before it, two packets later: a rate ten
+	// times the traffic's, which must not raise the bar for the rest.
+	ss = slices.Insert(ss, 4, sample{at(301), 30, cpu(30)})
 	w := activeWindow(ss)
 	if !w.ok || w.from.at != at(200) || w.to.at != at(600) {
 		t.Fatalf("window %v..%v (ok %v), want 200..600 ms", w.from.at.Sub(t0), w.to.at.Sub(t0), w.ok)
@@ -365,7 +368,7 @@ func TestActiveWindow(t *testing.T) {
 		t.Fatalf("perMessage = %v, want %v", got, want)
 	}
 	// Too short to say, and nothing moved.
-	if got := activeWindow(ss[2:4]).perMessage(10); got != nil {
+	if got := activeWindow(ss[2:5]).perMessage(10); got != nil {
 		t.Fatalf("a 100 ms window gave %v", got)
 	}
 	if w := activeWindow([]sample{ss[0], {at(100), 5, cpu(10)}}); w.ok {
