@@ -23,14 +23,14 @@ import (
 // share of it (system, irq, softirq: rxe and the system calls), over the
 // run's active window: from the first to the last interval in which the
 // counter moved at a quarter or more of its typical rate (the median of
-// the intervals in which it moved), so that the
-// processes' start, set-up and teardown are not counted (a default run is
-// about a second, its set-up a large part of it). The window's edges are
-// sampleEvery wide: a few percent of a default bandwidth run. The counter is the RDMA
-// ports' sent_pkts (packets.go) for RDMA runs and the loopback's
-// tx_packets for TCP. With the processes pinned, CPU 0 is the server's and
-// CPU 1 the client's. Latency runs (tens of milliseconds) are not sampled,
-// and windows shorter than minCPUWindow report nothing: /proc/stat counts
+// the intervals in which it moved), so that the processes' start, set-up
+// and teardown are not counted (a default run is about a second, its
+// set-up a large part of it). The window's edges are sampleEvery wide: a
+// few percent of a default bandwidth run. The counter is the RDMA ports'
+// sent_pkts (packets.go) for RDMA runs and the loopback's tx_packets for
+// TCP. With the processes pinned, CPU 0 is the server's and CPU 1 the
+// client's. Latency runs (tens of milliseconds) are not sampled, and
+// windows shorter than minCPUWindow report nothing: /proc/stat counts
 // in 10 ms ticks.
 
 const (
