@@ -62,7 +62,7 @@ import (
 // the call (20 concurrent dials, both ends in one process, 18 rounds each
 // way, alternating; medians): 90 voluntary context switches per round
 // instead of 178, 4.6 ms of process CPU per connection instead of 5.9,
-// 62 ms per round instead of 75 (README, "Set-up figures", session 18).
+// 62 ms per round instead of 75 (benchmarks/HISTORY.md, "Connection set-up", session 18).
 //
 // What that gives up is what the data path's fast calls give up: nothing
 // else runs on the P meanwhile and a stop-the-world waits for the call,

@@ -14,7 +14,7 @@ import (
 
 // The costs below are what the library's data path is made of, measured
 // one by one so that a ping-pong's time can be accounted for (README,
-// "Where the remaining time goes"). Run them where a device is, e.g.
+// "Where the 64 B ping-pong's time goes"). Run them where a device is, e.g.
 //
 //	scripts/softroce run -- .build/verbs.test -test.run '^$' -test.bench Cost -test.benchtime 20000x
 //

@@ -44,7 +44,7 @@ import (
 // monitor wake 7,800-9,300 times a second on the client's only CPU, each
 // time preempting the thread that ran the ping-pong (0.4-1.3 involuntary
 // context switches per round trip); with arming, taking events and the UD
-// posts fast, 400-1,500 times a second (README, Figures, session 15), and
+// posts fast, 400-1,500 times a second (benchmarks/HISTORY.md, session 15), and
 // none once the acknowledgement was fast too (session 16).
 //
 // VERBLINE_CGO=safe in the environment turns the fast calls off: every call
