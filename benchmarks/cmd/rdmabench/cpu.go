@@ -87,10 +87,15 @@ type CPUUse struct {
 	CPU    int     `json:"cpu"`
 	Busy   float64 `json:"busy_us"`
 	Kernel float64 `json:"kernel_us"` // of Busy: system, irq and softirq
+	// Share is the CPU's busy time over the window's wall time (0 to 1):
+	// whether it was saturated, independent of how many of the run's
+	// messages fell inside the window (Busy divides by all of them).
+	Share float64 `json:"busy_share"`
 }
 
-// cpuPerMessage is what each CPU spent per message between two readings.
-func cpuPerMessage(before, after []cpuTime, messages int) []CPUUse {
+// cpuPerMessage is what each CPU spent per message between two readings
+// wall apart.
+func cpuPerMessage(before, after []cpuTime, messages int, wall time.Duration) []CPUUse {
 	if messages <= 0 || len(before) == 0 || len(after) != len(before) {
 		return nil
 	}
@@ -99,9 +104,13 @@ func cpuPerMessage(before, after []cpuTime, messages int) []CPUUse {
 		if after[i].busy < before[i].busy || after[i].kernel < before[i].kernel {
 			return nil
 		}
+		busy := float64(after[i].busy-before[i].busy) * clockTick // µs
 		out[i] = CPUUse{CPU: i,
-			Busy:   float64(after[i].busy-before[i].busy) * clockTick / float64(messages),
+			Busy:   busy / float64(messages),
 			Kernel: float64(after[i].kernel-before[i].kernel) * clockTick / float64(messages)}
+		if wall > 0 {
+			out[i].Share = busy / float64(wall.Microseconds())
+		}
 	}
 	return out
 }
@@ -251,7 +260,7 @@ func (w cpuWindow) perMessage(messages int) []CPUUse {
 	if !w.ok || w.to.at.Sub(w.from.at) < minCPUWindow {
 		return nil
 	}
-	return cpuPerMessage(w.from.cpu, w.to.cpu, messages)
+	return cpuPerMessage(w.from.cpu, w.to.cpu, messages, w.to.at.Sub(w.from.at))
 }
 
 // medianCPU is the per-CPU median over samples (those that have the same
@@ -263,22 +272,24 @@ func medianCPU(samples []*Sample) []CPUUse {
 	n := len(samples[0].CPU)
 	out := make([]CPUUse, n)
 	for i := range out {
-		var busy, kernel []float64
+		var busy, kernel, share []float64
 		for _, s := range samples {
 			if len(s.CPU) == n {
 				busy = append(busy, s.CPU[i].Busy)
 				kernel = append(kernel, s.CPU[i].Kernel)
+				share = append(share, s.CPU[i].Share)
 			}
 		}
 		slices.Sort(busy)
 		slices.Sort(kernel)
-		out[i] = CPUUse{CPU: i, Busy: median(busy), Kernel: median(kernel)}
+		slices.Sort(share)
+		out[i] = CPUUse{CPU: i, Busy: median(busy), Kernel: median(kernel), Share: median(share)}
 	}
 	return out
 }
 
 // printCPU lists, per size, every column's CPU time per message by CPU:
-// "busy/kernel" µs.
+// "busy/kernel" µs, then the CPU's busy share of the window.
 func (r *report) printCPU(w io.Writer, mp metricPlan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
@@ -291,7 +302,7 @@ func (r *report) printCPU(w io.Writer, mp metricPlan) {
 			}
 			var per []string
 			for _, c := range a.CPU {
-				per = append(per, fmt.Sprintf("%.0f/%.0f", c.Busy, c.Kernel))
+				per = append(per, fmt.Sprintf("%.0f/%.0f %.0f%%", c.Busy, c.Kernel, 100*c.Share))
 			}
 			cells = append(cells, fmt.Sprintf("%s %s", o.Label, strings.Join(per, " ")))
 		}
@@ -299,7 +310,7 @@ func (r *report) printCPU(w io.Writer, mp metricPlan) {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(w, "  CPU µs per message, busy/kernel on each CPU (%s; the active window of each run):\n", r.cpuRoles())
+			fmt.Fprintf(w, "  CPU µs per message, busy/kernel, and busy share of the window, on each CPU (%s; the active window of each run):\n", r.cpuRoles())
 			header = true
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", sizeString(size), strings.Join(cells, "\t"))

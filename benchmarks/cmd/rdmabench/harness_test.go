@@ -138,8 +138,8 @@ func fakeReport(t *testing.T) *report {
 				if r.Kind != "tcp" {
 					pkts = float64(i) + 0.5
 				}
-				cpu := []CPUUse{{CPU: 0, Busy: 100 * float64(i+1), Kernel: 60}, {CPU: 1, Busy: 200, Kernel: 150}}
-				cpu2 := []CPUUse{{CPU: 0, Busy: 300, Kernel: 80}, {CPU: 1, Busy: 200, Kernel: 150}}
+				cpu := []CPUUse{{CPU: 0, Busy: 100 * float64(i+1), Kernel: 60, Share: 0.5}, {CPU: 1, Busy: 200, Kernel: 150, Share: 0.995}}
+				cpu2 := []CPUUse{{CPU: 0, Busy: 300, Kernel: 80, Share: 0.9}, {CPU: 1, Busy: 200, Kernel: 150, Share: 1}}
 				if mp.Metric == Latency { // not measured (cpu.go)
 					cpu, cpu2 = nil, nil
 				}
@@ -299,17 +299,18 @@ ctxt 999
 	if !slices.Equal(got, want) {
 		t.Fatalf("parseCPUTimes = %v, want %v", got, want)
 	}
-	per := cpuPerMessage(want, []cpuTime{{busy: 14, kernel: 3}, {busy: 136, kernel: 76}}, 100)
-	wantPer := []CPUUse{{CPU: 0, Busy: 1000, Kernel: 0}, {CPU: 1, Busy: 10000, Kernel: 5000}}
+	// 10 and 100 ticks (0.1 s and 1 s) over 100 messages in 2 s.
+	per := cpuPerMessage(want, []cpuTime{{busy: 14, kernel: 3}, {busy: 136, kernel: 76}}, 100, 2*time.Second)
+	wantPer := []CPUUse{{CPU: 0, Busy: 1000, Kernel: 0, Share: 0.05}, {CPU: 1, Busy: 10000, Kernel: 5000, Share: 0.5}}
 	if !slices.Equal(per, wantPer) {
 		t.Fatalf("cpuPerMessage = %v, want %v", per, wantPer)
 	}
 	// A counter that went back (a CPU taken offline and back) or a CPU that
 	// appeared in between gives nothing rather than nonsense.
-	if got := cpuPerMessage(want, []cpuTime{{busy: 3, kernel: 3}, {busy: 40, kernel: 30}}, 10); got != nil {
+	if got := cpuPerMessage(want, []cpuTime{{busy: 3, kernel: 3}, {busy: 40, kernel: 30}}, 10, time.Second); got != nil {
 		t.Fatalf("went back: %v", got)
 	}
-	if got := cpuPerMessage(want, append(want, cpuTime{}), 10); got != nil {
+	if got := cpuPerMessage(want, append(want, cpuTime{}), 10, time.Second); got != nil {
 		t.Fatalf("a CPU appeared: %v", got)
 	}
 	if got := cpuTimes(); len(got) == 0 {
@@ -323,8 +324,9 @@ func TestReportCPU(t *testing.T) {
 	r.printTable(&b)
 	out := b.String()
 	// The median per CPU over the three repetitions: CPU 0 100, 300, 100
-	// for each metric's first column.
-	for _, want := range []string{"CPU µs per message, busy/kernel on each CPU (server on CPU 0, client on CPU 1; the active window", "conn-stream 100/60 200/150", "conn-msgrate 100/60 200/150", "tcp "} {
+	// for each metric's first column; its share 0.5, 0.9, 0.5; CPU 1's
+	// 0.995, 1, 0.995 (printed rounded: 100%).
+	for _, want := range []string{"CPU µs per message, busy/kernel, and busy share of the window, on each CPU (server on CPU 0, client on CPU 1; the active window", "conn-stream 100/60 50% 200/150 100%", "conn-msgrate 100/60 50% 200/150 100%", "tcp "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -364,7 +366,8 @@ func TestActiveWindow(t *testing.T) {
 		t.Fatalf("window %v..%v (ok %v), want 200..600 ms", w.from.at.Sub(t0), w.to.at.Sub(t0), w.ok)
 	}
 	got := w.perMessage(10)
-	if want := []CPUUse{{CPU: 0, Busy: 40 * clockTick / 10, Kernel: 20 * clockTick / 10}}; !slices.Equal(got, want) {
+	// 40 ticks (400 ms) in the 400 ms window: saturated.
+	if want := []CPUUse{{CPU: 0, Busy: 40 * clockTick / 10, Kernel: 20 * clockTick / 10, Share: 1}}; !slices.Equal(got, want) {
 		t.Fatalf("perMessage = %v, want %v", got, want)
 	}
 	// Too short to say, and nothing moved.
