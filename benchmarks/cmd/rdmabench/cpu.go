@@ -87,7 +87,8 @@ type CPUUse struct {
 	CPU    int     `json:"cpu"`
 	Busy   float64 `json:"busy_us"`
 	Kernel float64 `json:"kernel_us"` // of Busy: system, irq and softirq
-	// Share is the CPU's busy time over the window's wall time (0 to 1):
+	// Share is the CPU's busy time over the window's wall time (about 0
+	// to 1; whole 10 ms ticks can take it a little past 1):
 	// whether it was saturated, independent of how many of the run's
 	// messages fell inside the window (Busy divides by all of them).
 	Share float64 `json:"busy_share"`
