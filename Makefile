@@ -7,7 +7,8 @@
 # Steps of make test that need no RDMA device and no Soft-RoCE set-up (only a C
 # compiler and the rdma-core headers, for the cgo packages):
 #   make vet    go vet, gofmt, staticcheck (pinned in go.mod), go mod tidy -diff;
-#               builds without cgo and for darwin and windows, and their exported API
+#               builds without cgo and for darwin and windows, and their exported API;
+#               no build-history provenance in tracked files (scripts/check-provenance)
 #   make unit   host unit tests with -race (tests that need RDMA skip on the host),
 #               then again without cgo
 #   make fuzz   each fuzz target for FUZZTIME inputs
@@ -58,6 +59,8 @@ vet: build-deps
 	if [ -n "$$unformatted" ]; then echo "FAIL: not gofmt'ed (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(GO) tool staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "FAIL: go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@# The tree speaks only of the library: no session or issue-number provenance.
+	@scripts/check-provenance
 
 unit: build-deps
 	$(GO) test -race -count=1 ./...
@@ -105,7 +108,7 @@ rdma-tests: setup
 test: setup vet unit fuzz rdma-tests faults
 	@echo "make test: PASS"
 
-# The two-host tests (internal/faults; README "Two hosts and a disturbed wire"), the last step of make test:
+# The two-host tests (internal/faults; docs/reliability.md), the last step of make test:
 # scripts/softroce pair boots two guests joined by a wire, runs twoguest-agent
 # in guest B and the faults test binary in guest A, which starts its peers in
 # B through the agent and disturbs the wire with tc netem. Fails if a test
@@ -189,7 +192,7 @@ bench-2host: setup
 	  --peer '$(BUILD)/bin/rdmabench -listen $$SOFTROCE_CTL_ADDR:$(BENCH2HOST_PORT)' -- \
 	  bash -c '$(BUILD)/bin/rdmabench -connect $$SOFTROCE_PEER_CTL_ADDR:$(BENCH2HOST_PORT) -json $(BENCH2HOST_JSON) $(BENCH2HOST_ARGS)'
 
-# Soak runs, too long for make test (README "Limits and security" quotes them):
+# Soak runs, too long for make test (docs/performance.md quotes them):
 # SOAK_CYCLES sequential dial/echo/close cycles while a long-lived connection
 # holds the device, SOAK_CONNS concurrent connections and SOAK_TRANSFER_MIB
 # each way at once on one connection (make test: 64), inside Soft-RoCE,
