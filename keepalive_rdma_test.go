@@ -192,7 +192,7 @@ func TestKeepaliveQuietWhileBusy(t *testing.T) {
 }
 
 // The QP gets the transport settings the Config asks for, and the default
-// ack timeout is rdma_cm's (logged: the README quotes it).
+// ack timeout is rdma_cm's (logged: docs/configuration.md quotes it).
 func TestTransportSettings(t *testing.T) {
 	client, server, ln := connPair(t, &Config{AckTimeout: 100 * time.Millisecond, RetryCount: 2})
 	defer ln.Close()

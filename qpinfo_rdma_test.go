@@ -128,8 +128,8 @@ func TestQPInfoSettings(t *testing.T) {
 		ci.SendPSN, ci.RecvPSN, si.SendPSN, si.RecvPSN)
 }
 
-// The zero Config's settings as the QP holds them (logged: the README
-// quotes them): retry_cnt and rnr_retry 6, rdma_cm's ack timeout and RNR
+// The zero Config's settings as the QP holds them (logged:
+// docs/troubleshooting.md quotes them): retry_cnt and rnr_retry 6, rdma_cm's ack timeout and RNR
 // NAK timer, the port's MTU.
 func TestQPInfoDefaults(t *testing.T) {
 	client, server, ln := connPair(t, nil)

@@ -21,7 +21,7 @@ import (
 // QP still reads RTS and the completer, whose retransmission timer is not
 // re-armed, waits forever for an ACK of the request being retried. No
 // error completion ever arrives. That is the silent hang of rendezvous
-// over a lossy wire (README, "The rendezvous hang"); internal/rxebug
+// over a lossy wire (docs/reliability.md); internal/rxebug
 // reproduces it with plain verbs on one host.
 //
 // A bind is safe when every request posted before it has completed: rxe

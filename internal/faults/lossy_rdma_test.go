@@ -93,7 +93,7 @@ func streamTest(t *testing.T, netem []string, n int64) {
 // Before the library's Soft-RoCE workaround (rxebind.go) a disturbed wire
 // left a rendezvous waiting forever, without an error, with both queue
 // pairs idle: rxe re-executed a window bind on a retry and stopped
-// (FIGURES.md; -faults.rxe-bind-anytime turns the workaround off). Should
+// (docs/reliability.md; -faults.rxe-bind-anytime turns the workaround off). Should
 // an exchange stall again, the test fails after -faults.stall without
 // progress, with a dump of both sides.
 func TestLossyMessages(t *testing.T) {
@@ -173,7 +173,7 @@ func messagesOneWay(t *testing.T, env *twoguest.Env, ln *rdma.Listener, name str
 }
 
 // transferTimeout bounds a lossy transfer of n bytes in all: at least
-// 20 KB/s (the measured rate is far above; see README), plus set-up time.
+// 20 KB/s (the measured rate is far above: docs/performance.md), plus set-up time.
 func transferTimeout(n int64) time.Duration {
 	if *timeoutFlag > 0 {
 		return *timeoutFlag

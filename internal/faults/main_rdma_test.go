@@ -61,10 +61,9 @@ var (
 	cleanMiB     = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
 	msgSizesFlag = flag.String("faults.msg-sizes", "", "message sizes of TestLossyMessages, comma-separated (default: msgSizes)")
 	writesFlag   = flag.Int("faults.writes", slots, "one-sided writes each way in TestLossyMessages (at most 32)")
-	// Rendezvous sizes over a lossy wire hung in about half the runs on
-	// Soft-RoCE 6.1 until the library stopped binding windows behind
-	// outstanding requests there (rxebind.go; README, "The rendezvous
-	// hang"). On by default since.
+	// Rendezvous sizes over a lossy wire hang Soft-RoCE 6.1 when a window
+	// is bound behind outstanding requests, which the library avoids there
+	// (rxebind.go; docs/reliability.md): on by default, they check it.
 	rendezvous     = flag.Bool("faults.rendezvous", true, "TestLossyMessages: also sizes above the receive buffers (rendezvous); false: eager sizes only")
 	rxeBindAnytime = flag.Bool("faults.rxe-bind-anytime", false, "control runs: bind memory windows without waiting for an empty send queue (the library's Soft-RoCE workaround off: rxebind.go)")
 	concurrent     = flag.Bool("faults.concurrent", false, "TestLossyMessages: both ways at once")
@@ -178,7 +177,7 @@ func testConfig() rdma.Config {
 // wire. rxe spends one retry per NAK and per timeout and restores the
 // budget (RetryCount, at most 6) only on an ACK; at 3% loss and 1%
 // reordering each way, a stream of 32 KiB messages (32 packets each)
-// exhausted it within a few MiB in some runs (see README). 4 KiB messages
+// exhausted it within a few MiB in some runs. 4 KiB messages
 // are acknowledged eight times as often. Its ACK timeout is longer than
 // testConfig's: with the windows that grow with traffic, 134 ms ran out
 // (seven times without an ACK in between: "transport retry counter

@@ -23,8 +23,8 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest/twoguest"
 )
 
-// A stalled exchange (such as the rendezvous that waited forever before
-// rxebind.go: README, "The rendezvous hang") is caught while it is stuck,
+// A stalled exchange (such as a rendezvous waiting forever on Soft-RoCE
+// without rxebind.go's rule: docs/reliability.md) is caught while it is stuck,
 // not when its generous transfer bound runs out: exchangeMessages counts
 // its steps in progress, and a watchdog that sees none for -faults.stall
 // dumps both sides (queue pairs, counters, connection stats, goroutines)

@@ -13,8 +13,8 @@ import (
 )
 
 // The costs below are what the library's data path is made of, measured
-// one by one so that a ping-pong's time can be accounted for (README,
-// "Where the 64 B ping-pong's time goes"). Run them where a device is, e.g.
+// one by one so that a ping-pong's time can be accounted for
+// (docs/performance.md). Run them where a device is, e.g.
 //
 //	scripts/softroce run -- .build/verbs.test -test.run '^$' -test.bench Cost -test.benchtime 20000x
 //
