@@ -1,5 +1,5 @@
 // Package turnaround holds tools for timing a ping-pong side's turnaround
-// (benchmarks/README.md, "Where a ping-pong side spends its turnaround"):
+// (benchmarks/README.md, "Profiling and tracing"):
 // stamps.patch (clock stamps along the path, applied to a worktree),
 // split.sh (the round trip split at the kernel's events), and the
 // benchmarks of callcost_test.go, which price the Go operations the data

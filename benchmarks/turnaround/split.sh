@@ -5,10 +5,10 @@
 #   scripts/softroce run -- benchmarks/turnaround/split.sh record DIR [RUNS] [RDMABENCH]
 #   benchmarks/turnaround/split.sh report DIR
 # record (inside the guest: perf, kprobes) runs RUNS (default 3) pairs of
-# 2 s captures, ours then ib_send_lat -R, into DIR (under /work: the guest
-# sees it); report (anywhere; the splitting takes minutes under emulation)
-# prints each capture's split. Clients on CPU 1, servers on CPU 0
-# (rdmabench's pinning; perftest pinned alike).
+# 2 s captures, ours then ib_send_lat -R, into DIR (below the working
+# directory, where the guest can write); report (anywhere; the splitting
+# takes minutes under emulation) prints each capture's split. Clients on
+# CPU 1, servers on CPU 0 (rdmabench's pinning; perftest pinned alike).
 set -uo pipefail
 mode=${1:?record or report}
 dir=${2:?a directory}

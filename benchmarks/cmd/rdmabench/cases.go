@@ -100,6 +100,9 @@ type Sample struct {
 	Hist   [][2]float64 `json:"hist,omitempty"`
 	// Counters: the library's ConnStats of both processes, per message
 	// (per round trip for latency), keyed "client.X" / "server.X" (ours only).
+	// The completion and polling keys (completions, caller_polls,
+	// poller_polls, poller_wakeups, parks, arms, cgo_work, cgo_empty) are
+	// diagnostics whose meaning follows the implementation.
 	Counters map[string]float64 `json:"counters,omitempty"`
 	// Packets: the device's packets per message (round trip), both
 	// directions, on one host (packets.go); 0 when not counted.

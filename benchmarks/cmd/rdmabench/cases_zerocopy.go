@@ -126,9 +126,9 @@ func exportedPair(s *Side) (c *rdma.Conn, local buffer.Buf, remote rdma.RemoteBu
 // Each side writes with the blocking WriteRemoteImm, which waits for its
 // write's end before waiting for the answer. RDMABENCH_WRITE_POST=1 posts
 // it instead (PostWriteRemoteImm) and takes its end (RecvCompletion) after
-// the answer came: no faster in the guest (64 B, 3 alternating pairs:
-// 13.26-13.59 us blocking, 13.78-14.29 posted), since the write's
-// acknowledgement comes long before the answer.
+// the answer came; it is not the default because it is no faster, the
+// write's acknowledgement coming long before the answer (measured:
+// docs/performance.md, "Alternatives measured").
 func writePingPong(s *Side) (*Sample, error) {
 	c, local, remote, done, err := exportedPair(s)
 	if err != nil {
@@ -201,8 +201,8 @@ func writePingPong(s *Side) (*Sample, error) {
 // per second. The clock starts when a 1-byte start message arrives, sent
 // just before the data: starting it at the first data message would leave
 // out the part of the transfer that overlaps it, which for messages above a
-// receive buffer (up to 8 RDMA READs in flight at once) inflated 1 MiB
-// figures by about a quarter.
+// receive buffer (up to 8 RDMA READs in flight at once) is a large share of
+// a run and would inflate the figure.
 func msgStream(s *Side) (*Sample, error) { return msgFlow(s, false) }
 
 // msgRateZeroCopy is msgStream counted in 10^6 messages per second.

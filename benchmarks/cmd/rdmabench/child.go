@@ -331,9 +331,10 @@ func ctxSwitches() (sw [2]float64, threads float64) {
 }
 
 // perMessage is the work one process did per message (per round trip for
-// latency cases) between two ConnStats: the figures issue #9 sets targets
-// for. cgo_work counts the crossings that returned work (posts and polls
-// that found completions), cgo_empty the polls that found nothing.
+// latency cases) between two ConnStats: doorbells, signaled completions,
+// calls into C, wake-ups and parks, the work a message costs beside
+// perftest's. cgo_work counts the crossings that returned work (posts and
+// polls that found completions), cgo_empty the polls that found nothing.
 func perMessage(a, b rdma.ConnStats, n int) map[string]float64 {
 	if n <= 0 {
 		n = 1

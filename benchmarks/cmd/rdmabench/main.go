@@ -3,11 +3,14 @@
 // Command rdmabench measures this library side by side with perftest and with
 // TCP on loopback, in one run, on one RDMA device and address:
 //
-//   - latency (ping-pong, 8 B, 64 B, 4 KiB): our Conn, ib_send_lat -R,
-//     ib_write_lat -R and TCP; one-way (half the round trip), median, p99, p99.9 µs;
-//   - bandwidth (4 KiB, 64 KiB, 1 MiB messages): our Conn.Write stream,
-//     ib_send_bw -R, ib_write_bw -R, ib_read_bw -R and TCP; MB/s with MB = 10^6 bytes;
-//   - message rate (64 B): our Conn.Write, ib_send_bw -R's MsgRate and TCP;
+//   - latency (ping-pong, 8 B, 64 B, 4 KiB): our Conn, message view and
+//     one-sided writes with immediate, ib_send_lat -R, ib_write_lat -R and
+//     TCP; one-way (half the round trip), median, p99, p99.9 µs;
+//   - bandwidth (4 KiB, 64 KiB, 1 MiB messages): our Conn.Write streams,
+//     messages and one-sided writes, ib_send_bw -R, ib_write_bw -R,
+//     ib_read_bw -R and TCP; MB/s with MB = 10^6 bytes;
+//   - message rate (64 B): our Conn.Write and messages, ib_send_bw -R's
+//     MsgRate and TCP;
 //   - datagrams (ud.go): our PacketConn's 8 B and 64 B ping-pong beside
 //     ib_send_lat -c UD, and its 64 B message rate beside ib_send_bw -c UD.
 //

@@ -249,9 +249,9 @@ func (r *report) printCounters(w io.Writer, mp metricPlan) {
 }
 
 // unstableSpread is the ratio of the largest to the smallest repetition above
-// which a cell is marked unstable. On a quiet machine the repetitions of a
-// case stay within about 1.3x of each other; a busy host (other guests) makes
-// some runs wait for scheduler ticks and breaks that.
+// which a cell is marked unstable: above the spread of a quiet machine's
+// repetitions (docs/performance.md); a busy host (other guests) makes some
+// runs wait for scheduler ticks and breaks it.
 const unstableSpread = 1.5
 
 func (a *aggregate) unstable() bool {
@@ -278,7 +278,7 @@ func (r *report) warnings() []string {
 	for k, a := range r.agg {
 		if r.h.remote != nil {
 			// Between two hosts the path, not the machine, sets perftest's
-			// latency; the one-host figure of ~20 µs is no reference.
+			// latency; the one-host threshold below is no reference.
 			break
 		}
 		if k.Metric == Latency && strings.HasPrefix(k.Label, "ib_") && len(a.Reps) > 0 && a.Value > 1000 {
@@ -317,7 +317,8 @@ type jsonResult struct {
 	BaselineP999  *float64 `json:"baseline_p999,omitempty"`
 	OursAvg       *float64 `json:"ours_avg,omitempty"`
 	// OursCounters: work per message (round trip) of both processes,
-	// "client.X" / "server.X" (medians over the repetitions).
+	// "client.X" / "server.X" (medians over the repetitions); the
+	// completion and polling keys are diagnostics, as in Sample.Counters.
 	OursCounters map[string]float64 `json:"ours_counters,omitempty"`
 	// Device packets per message (round trip), both directions (packets.go).
 	OursPackets     *float64 `json:"ours_packets,omitempty"`
