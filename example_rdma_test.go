@@ -33,6 +33,8 @@ var examples = map[string]func(){
 	"ExampleConn_Export":          ExampleConn_Export,
 	"ExampleConn_PostWriteRemote": ExampleConn_PostWriteRemote,
 	"Example_errors":              Example_errors,
+	"ExampleReadMetrics":          ExampleReadMetrics,
+	"ExampleConn_QPInfo":          ExampleConn_QPInfo,
 }
 
 // TestExamplesDocumented needs no device: every Example function says what

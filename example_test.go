@@ -499,3 +499,117 @@ func Example_errors() {
 	// read past its deadline: true true
 	// read after Close: true
 }
+
+// Process-wide counters: ReadMetrics is a snapshot of what every connection
+// of the process moved, in total and by device, open connections and closed
+// ones alike; the difference of two snapshots is what happened in between.
+// metrics/rdmaexpvar and metrics/rdmaprom publish the same snapshot.
+func ExampleReadMetrics() {
+	host := os.Getenv("RDMA_TEST_ADDR") // an IP of an RDMA-capable netdev
+	if host == "" {
+		host = "192.168.1.10"
+	}
+	ln, err := rdma.Listen("rdma", net.JoinHostPort(host, "0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() { // an echo server
+		defer close(served)
+		s, err := ln.Accept()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Close()
+		io.Copy(s, s)
+	}()
+
+	before := rdma.ReadMetrics()
+	c, err := rdma.Dial("rdma", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	msg := bytes.Repeat([]byte("rdma"), 25000)
+	if _, err := c.Write(msg); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, msg); err != nil { // the echo
+		log.Fatal(err)
+	}
+	after := rdma.ReadMetrics()
+	// Both ends are in this process: each counts what it sent and received.
+	fmt.Println("connections established:", after.ConnsTotal-before.ConnsTotal)
+	fmt.Println("bytes sent:", after.BytesSent-before.BytesSent)
+	fmt.Println("bytes received:", after.BytesReceived-before.BytesReceived)
+	// By device (Soft-RoCE's is rxe0): its share of the counters, and the
+	// hardware counters its driver keeps in sysfs, which count every user
+	// of the device (rdma.DeviceCounters reads them without a connection).
+	withPorts := 0
+	for _, d := range after.Devices {
+		if d.PortsError == "" && len(d.Ports) > 0 {
+			withPorts++
+		}
+	}
+	fmt.Println("devices with hardware counters:", withPorts)
+	c.Close()
+	<-served
+	// Prints:
+	// connections established: 2
+	// bytes sent: 200000
+	// bytes received: 200000
+	// devices with hardware counters: 1
+}
+
+// A connection's queue pair as the device holds it (ibv_query_qp): its
+// state, the path MTU rdma_cm resolved, and the transport settings of this
+// side's Config, rounded as the device keeps them. For debugging: each call
+// is a system call.
+func ExampleConn_QPInfo() {
+	host := os.Getenv("RDMA_TEST_ADDR") // an IP of an RDMA-capable netdev
+	if host == "" {
+		host = "192.168.1.10"
+	}
+	ln, err := rdma.Listen("rdma", net.JoinHostPort(host, "0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		s, err := ln.Accept()
+		if err != nil {
+			log.Fatal(err)
+		}
+		io.Copy(io.Discard, s) // until the dialer closes
+		s.Close()
+	}()
+
+	// 4.096 µs x 2^n: 100 ms rounds up to n = 15.
+	d := rdma.Dialer{Config: rdma.Config{AckTimeout: 100 * time.Millisecond, RetryCount: 3}}
+	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	c := nc.(*rdma.Conn)
+	info, err := c.QPInfo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// info.String() is all of it on one line, for a log.
+	fmt.Println("state:", info.State)
+	fmt.Println("path MTU > 0:", info.PathMTU > 0)
+	fmt.Println("retry count:", info.RetryCount)
+	fmt.Printf("ACK timeout: %v (n=%d)\n", info.AckTimeout, info.TimeoutExp)
+	c.Close()
+	_, err = c.QPInfo()
+	fmt.Println("after Close:", errors.Is(err, net.ErrClosed))
+	<-served
+	// Prints:
+	// state: RTS
+	// path MTU > 0: true
+	// retry count: 3
+	// ACK timeout: 134.217728ms (n=15)
+	// after Close: true
+}

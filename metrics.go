@@ -73,7 +73,8 @@ type Counters struct {
 	// post calls and work requests summed over the connections' queue
 	// pairs; the poller fields (PollCalls, Completions, PollerSleeps,
 	// PollerWakeups, InlinePolls, EmptyPolls, Parks, Arms) summed over the
-	// devices' pollers, which connections share; KeepaliveProbes summed
+	// devices' pollers, which connections share (diagnostics whose meaning
+	// follows the implementation, as ConnStats says); KeepaliveProbes summed
 	// over the connections, DeviceEvents over the devices; BufferBytes, a
 	// gauge, over the connections open now.
 	ConnStats

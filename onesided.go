@@ -13,7 +13,6 @@ import (
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
-	"github.com/verbline/rdma/internal/wire"
 )
 
 // One-sided operations: a connection exports a registered buffer with the
@@ -45,12 +44,6 @@ const (
 	RemoteWrite Access = 1 << iota // the peer may write into the export
 	RemoteRead                     // the peer may read from it
 )
-
-// RemoteBuf describes a buffer the peer exported: pass it in a message.
-type RemoteBuf = wire.Region
-
-// ParseRemoteBuf decodes a descriptor received from the peer.
-func ParseRemoteBuf(b []byte) (RemoteBuf, error) { return wire.ParseRegion(b) }
 
 // Export is a buffer the peer may access.
 type Export struct {

@@ -101,7 +101,7 @@ type PacketStats struct {
 	// Doorbells (post calls) and work requests as ConnStats counts them.
 	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
 	// From the device poller (shared with the device's connections), as in
-	// ConnStats.
+	// ConnStats: diagnostics whose meaning follows the implementation.
 	PollCalls, Completions, PollerSleeps, PollerWakeups uint64
 	InlinePolls, EmptyPolls, Parks, Arms                uint64
 }

@@ -40,7 +40,7 @@ import (
 // news of the peer, so a peer that restarted on the same port is found
 // again. A write to an address where nothing listens fails with
 // syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
-// sender's address (internal/wire/DATAGRAM.md), which ReadFrom returns:
+// sender's address (docs/datagram-protocol.md), which ReadFrom returns:
 // WriteTo answers it without a resolution on RoCE, where the network
 // header of the received datagram gives the way back.
 //

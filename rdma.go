@@ -78,8 +78,9 @@
 // Nothing of a process's memory is reachable by a peer unless exported.
 // [Conn.Export] makes a Buf from Alloc readable and/or writable by the peer
 // until the [Export] is closed or the connection ends; its descriptor
-// ([RemoteBuf]: address, length and rkey, 16 bytes encoded by AppendTo)
-// travels to the peer in a message, where [ParseRemoteBuf] decodes it:
+// ([RemoteBuf]: address, length and rkey, 16 bytes encoded by
+// [RemoteBuf.AppendTo]) travels to the peer in a message, where
+// [ParseRemoteBuf] decodes it:
 //
 //	exp, err := c.Export(buf, rdma.RemoteWrite|rdma.RemoteRead)
 //	defer exp.Close()
@@ -109,6 +110,29 @@
 // with type 2 memory windows an export's key is a window bound to its own
 // connection: another connection's peer that learns it is refused too.
 //
+// # Datagrams
+//
+// [ListenPacket] opens a [*PacketConn], a [net.PacketConn] over an
+// unreliable datagram (UD) queue pair. As with UDP, a datagram arrives
+// whole or not at all, in no guaranteed order, and is dropped when the
+// receiver has no buffer posted; it is at most one packet
+// ([PacketConn.MaxDatagramSize]: the port's active MTU minus a 24-byte
+// header), and a larger one fails with [ErrDatagramTooLarge]. ReadFrom and
+// WriteTo copy; [PacketConn.Alloc], [PacketConn.SendTo] and
+// [PacketConn.Recv] (a [Datagram] in the buffer the NIC wrote) do not.
+//
+// # TCP fallback
+//
+// [Fallback] on a [ListenConfig] makes the listener accept TCP on the same
+// port beside rdma_cm; on a [Dialer], it makes the dial try RDMA first
+// (for Fallback.RDMATimeout, 1 s by default) and dial TCP when RDMA cannot
+// reach the address: no device, an address on no RDMA netdev, nobody
+// listening on rdma_cm, a peer unreachable over RDMA. A connection that
+// fell back is a *Conn like the others: [Conn.Transport] says "tcp" and
+// [Conn.FallbackReason] returns the RDMA attempt's error; the stream and
+// the message view (with copies) work, the one-sided calls fail with
+// [ErrNotRDMA]. Both ends must be this library.
+//
 // # Errors
 //
 // Errors from a Conn's methods are [*net.OpError] values with Net "rdma";
@@ -134,6 +158,19 @@
 // status as ibv_wc_status_str spells it. [Conn.QPInfo] returns what the
 // device holds for a connection's queue pair (ibv_query_qp), for debugging.
 //
+// # Configuration
+//
+// [Config]'s zero value is ready to use; each field documents its default
+// and range. The fields come in groups: buffers and flow control
+// (RecvBuffers, SendBuffers, BufferSize, MaxMessageSize); timeouts and
+// liveness (ConnectTimeout, HandshakeTimeout, CloseTimeout, KeepAlive);
+// the RC transport, set on each side's own queue pair (AckTimeout,
+// RetryCount, RNRRetry, MinRNRTimer, MaxPathMTU, ServiceLevel,
+// TrafficClass); completion polling (PollMode, PollSpin, Pollers,
+// PollCPUs, PollNoPin); the device's shared resources (PoolMaxBytes,
+// QPPool, DeviceLinger), which, like the polling settings, the device's
+// first connection fixes; and the listener's Backlog.
+//
 // # How completions are driven
 //
 // A goroutine that waits for a completion polls the device's completion
@@ -151,12 +188,36 @@
 // Config.PollMode changes this (PollBusy: pollers never sleep; PollEvent:
 // nobody spins), and [Conn.Stats] counts who polled and who slept.
 //
+// # Metrics
+//
+// [ReadMetrics] returns a snapshot of the process's counters, in total and
+// by device, over its connections open and closed: connections, bytes and
+// messages each way, credit stalls, the work behind them and the
+// registered pools, with each device's hardware counters from sysfs
+// ([DeviceCounters] reads those for any device, without a connection). The
+// data path keeps these counters as atomics anyway; a snapshot only reads
+// them. [github.com/verbline/rdma/metrics/rdmaexpvar] publishes it through
+// expvar, [github.com/verbline/rdma/metrics/rdmaprom] to Prometheus.
+// [Conn.Stats] and [PacketConn.Stats] count one endpoint's work. Their
+// polling and completion counters (PollCalls to Arms) are diagnostics
+// whose meaning follows the implementation.
+//
 // # Builds without RDMA
 //
 // RDMA needs Linux, cgo and rdma-core (libibverbs and librdmacm). Built
 // without cgo (CGO_ENABLED=0) or for another system, the package still
 // compiles with the same API, so programs that import it build and test
 // anywhere; Dial and Listen then fail with an error wrapping ErrNoDevice.
+//
+// # Examples
+//
+// The examples that need an RDMA device carry a "Prints:" comment instead
+// of "Output:": `go test` compiles them everywhere and runs none of them;
+// inside Soft-RoCE (scripts/softroce), TestExamples and TestPacketExamples
+// run each one and check that it prints exactly that. Examples that need
+// no device, such as [Fallback]'s, have an "Output:". The repository's
+// examples/ directory holds complete programs, and docs/ the guides, the
+// wire protocol and the measured performance.
 package rdma
 
 import (

@@ -17,8 +17,11 @@ type ConnStats struct {
 	// the work request; receive-queue doorbells and work requests.
 	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64
 
-	// From the device poller that serves this connection (shared with the
-	// other connections it serves):
+	// The eight counters below come from the device poller that serves
+	// this connection (shared with the other connections it serves). They
+	// are diagnostics of how completions are driven (see the package
+	// documentation): what each counts follows the implementation and may
+	// change with it, so compare them between runs of one version only.
 	// PollCalls: cgo polls by the poller's own goroutine; Completions:
 	// completions dispatched by anyone; PollerSleeps: times the poller armed
 	// the CQ and slept; PollerWakeups: times a completion event woke it.

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
-	"github.com/verbline/rdma/internal/wire"
 )
 
 // noRDMAError is the error of every operation in a build without RDMA. It
@@ -340,7 +339,8 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// The types below are declared as in the Linux build (onesided.go, stats.go).
+// The types below are declared as in the Linux build (onesided.go, stats.go);
+// RemoteBuf is shared by both (remotebuf.go).
 
 // Access is what the peer may do to an exported buffer.
 type Access int
@@ -349,12 +349,6 @@ const (
 	RemoteWrite Access = 1 << iota // the peer may write into the export
 	RemoteRead                     // the peer may read from it
 )
-
-// RemoteBuf describes a buffer the peer exported: pass it in a message.
-type RemoteBuf = wire.Region
-
-// ParseRemoteBuf decodes a descriptor received from the peer.
-func ParseRemoteBuf(b []byte) (RemoteBuf, error) { return wire.ParseRegion(b) }
 
 // Export is a buffer the peer may access; in this build none can be made.
 type Export struct{}
@@ -381,7 +375,9 @@ type Notification struct {
 func (n Notification) Release() error { return nil }
 
 // ConnStats counts the work behind a connection (see the Linux build's
-// documentation); in this build it stays zero.
+// documentation; the poller and polling counters, PollCalls to Arms, are
+// diagnostics whose meaning follows the implementation); in this build it
+// stays zero.
 type ConnStats struct {
 	PostCalls, WorkRequests                                   uint64
 	SendPosts, SendWRs, Signaled, Inlined, RecvPosts, RecvWRs uint64

@@ -38,6 +38,13 @@
 //	verbline_rdma_port_hw_stat_total            counter  the driver's hw_counters, by port and stat (file name)
 //	verbline_rdma_port_ib_stat_total            counter  the port's InfiniBand counters, by port and stat
 //
+// The completion and polling metrics (completions_total, poller_polls_total,
+// poller_sleeps_total, poller_wakeups_total, caller_polls_total,
+// caller_empty_polls_total, parks_total, cq_arms_total) are diagnostics of
+// how the library drives completions: what each counts follows the
+// implementation and may change between versions (see [rdma.ConnStats]).
+// Build alerts on the other metrics.
+//
 // The hardware counters are the driver's, by file name in sysfs (see
 // [rdma.PortCounters]): retransmissions, RNR NAKs and sequence errors are
 // among them, e.g. verbline_rdma_port_hw_stat_total{stat="rcvd_rnr_err"}
