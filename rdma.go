@@ -11,7 +11,7 @@
 // meets a receiver without a posted buffer) stay inside the package. It runs
 // on Linux, through cgo, over rdma-core's libibverbs and librdmacm, and needs
 // an RDMA device: a RoCE or InfiniBand NIC, or Soft-RoCE on an Ethernet netdev
-// (`modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev eth0`).
+// (`modprobe -a rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev eth0`).
 // Addresses are IPs of RDMA-capable netdevs (`rdma link show` lists them).
 //
 // # Quick start
@@ -294,8 +294,8 @@ type Config struct {
 	// an acknowledgement of what it sent before it retransmits. Devices
 	// count it as 4.096 µs x 2^n (n = 1..31): it is rounded up to that, up
 	// to about 2 h 27 min. 0 means the value rdma_cm derives from the path
-	// (measured on Soft-RoCE with Linux 6.1: n = 19, about 2.1 s, so with
-	// the default RetryCount a vanished peer is detected within 15 s + 7 x
+	// (on Soft-RoCE with Linux 6.1: n = 19, about 2.1 s, so with the
+	// default RetryCount a vanished peer is detected within 15 s + 7 x
 	// 2.1 s, about 30 s). Negative values are refused.
 	AckTimeout time.Duration
 	// RetryCount is how often this side's NIC retransmits an
@@ -329,7 +329,7 @@ type Config struct {
 	// ServiceLevel is the service level of the packets this side sends
 	// (the address vector's sl, set at RTR): 0..15. On InfiniBand it picks
 	// the virtual lane; on RoCE the NIC maps it to a priority (PCP), and
-	// Soft-RoCE ignores it on the wire (the QP still holds it). 0 means
+	// Soft-RoCE keeps none (its QP reads back 0). 0 means
 	// rdma_cm's value (0 unless the route maps a type of service).
 	ServiceLevel int
 	// TrafficClass is the GRH traffic class of the packets this side sends
@@ -411,8 +411,9 @@ func (c *Config) withDefaults() Config {
 			*v = min
 		}
 	}
-	// 64 x 32 KiB in flight: with 32 the stream reached 16.2 MB/s in the
-	// Soft-RoCE guest, with 64 21.7 MB/s (ib_send_bw 32 KiB: 22.3 MB/s).
+	// 64 x 32 KiB in flight at most: a window of 32 leaves a stream short
+	// of the device's rate (ib_send_bw's at 32 KiB) on Soft-RoCE, 64
+	// reaches it; windows start small and grow only with traffic.
 	def(&out.RecvBuffers, 64, 4)
 	def(&out.SendBuffers, 64, 2)
 	def(&out.BufferSize, 32<<10, 64)
