@@ -34,7 +34,7 @@ type Conn struct {
 	port         uint8 // the device port the connection runs on
 	peerBufSize  int   // chunk size for sends: the peer's receive buffer size, capped by ours
 	// features are the optional protocol features both sides announced
-	// (internal/wire/PROTOCOL.md): only these may be used.
+	// (docs/protocol.md): only these may be used.
 	features   wire.Features
 	rdSig      chan struct{} // capacity 1: wakes the (single, readMu) blocked reader
 	wrSig      chan struct{} // capacity 1: wakes the (single, writeMu) blocked writer

@@ -315,7 +315,7 @@ func TestDeadlines(t *testing.T) {
 	// A blocked Read times out, and extending the deadline works.
 	// start is taken before the deadline is computed: a stall of the
 	// emulated guest between the two would otherwise count against the
-	// Read (make test once saw it return less than 40 ms after start).
+	// Read, which could then seem to return before its deadline.
 	start := time.Now()
 	c.SetReadDeadline(start.Add(50 * time.Millisecond))
 	_, err := c.Read(buf)

@@ -506,8 +506,8 @@ func TestFallbackNetConn(t *testing.T) {
 	checkFallbackClean(t, g0)
 }
 
-// Without Fallback nothing falls back: a plain Dialer fails as before
-// (here, there is no RDMA to reach 127.0.0.1), though the listener takes TCP.
+// Without Fallback nothing falls back: a plain Dialer fails (here, there
+// is no RDMA to reach 127.0.0.1), though the listener takes TCP.
 func TestFallbackOnlyWhenEnabled(t *testing.T) {
 	g0 := rdmatest.Goroutines()
 	ln := fallbackListen(t, ListenConfig{})

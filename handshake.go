@@ -26,11 +26,12 @@ const (
 // readDepth is how many RDMA reads each side may have outstanding.
 const readDepth = 4
 
-// hello is this side's half of the handshake (internal/wire/PROTOCOL.md):
-// its protocol version and features, its credits, its receive buffer size
-// and the largest message it accepts (larger than a receive buffer: the
-// pool's largest buffer, read by rendezvous). Announcing fewer credits than
-// the receives posted is safe, so a RecvBuffers beyond the 16-bit field is
+// hello is this side's half of the handshake (docs/protocol.md): its
+// protocol version and features, its credits (the initial receive window;
+// more are granted as it grows, window.go), its receive buffer size and
+// the largest message it accepts (maxRecvMessage; those larger than a
+// receive buffer come by rendezvous). Announcing fewer credits than the
+// receives posted is safe, so a window beyond the 16-bit field would be
 // announced as 65535.
 func (c *Conn) hello() []byte {
 	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: wire.Supported,
@@ -131,7 +132,7 @@ func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, he
 			wait = ctx
 			// Usually the RTU came first and the CM is past this state:
 			// it refuses (EINVAL, EISCONN) and its event is on its way.
-			// Any failure leaves the CM's own retries, as before.
+			// On any failure the CM's own retries still apply.
 			_ = id.NotifyEstablished()
 			continue
 		}

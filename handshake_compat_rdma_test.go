@@ -19,7 +19,7 @@ import (
 	"github.com/verbline/rdma/internal/wire"
 )
 
-// Rolling upgrades (internal/wire/PROTOCOL.md, "Versions and
+// Rolling upgrades (docs/protocol.md, "Versions and
 // compatibility"): a connection comes up and carries data between this
 // version and a peer that announces an older minor version (1.0, which had
 // neither the minor version nor the features in its Hello), or a later

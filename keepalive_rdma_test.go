@@ -178,7 +178,7 @@ func TestKeepaliveQuietWhileBusy(t *testing.T) {
 	// after KeepAlive without receiving anything, and a probe that arrives
 	// counts as hearing from the peer: when one side's timer fires first,
 	// its probes keep the other side's idle time short, so that side may
-	// never probe (seen: client 0, server 3). Some side must.
+	// never probe. Some side must.
 	time.Sleep(3 * cfg.KeepAlive)
 	if cs, ss = client.Stats(), server.Stats(); cs.KeepaliveProbes+ss.KeepaliveProbes == 0 {
 		t.Errorf("idle for 3 intervals: probes client %d, server %d, want some", cs.KeepaliveProbes, ss.KeepaliveProbes)

@@ -9,12 +9,11 @@ import "sync/atomic"
 // no one took the delivery channel (Messages(), Notifications()) the
 // values wait in a ring guarded by Conn.mu, which Recv pops in the same
 // critical section that checks the connection's state: a buffered
-// channel's send and receive cost about 400 ns together in the emulated
-// guest (two channel locks), once per message on each side of a
-// ping-pong, and the Conn's Read pays nothing of the kind. Once the user
-// takes the channel, the ring's contents move into it (in order, under
-// Conn.mu, before any later delivery) and every later value goes through
-// the channel, as before. The channel and the ring have room for every
+// channel's send and receive would take two more locks per message on
+// each side of a ping-pong, and the Conn's Read pays nothing of the kind.
+// Once the user takes the channel, the ring's contents move into it (in
+// order, under Conn.mu, before any later delivery) and every later value
+// goes through the channel. The channel and the ring have room for every
 // receive buffer, each value holds one (or its credit), so a push never
 // blocks the poller.
 type lendQueue[T any] struct {

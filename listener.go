@@ -17,9 +17,11 @@ import (
 // Listener accepts RDMA connections. It implements net.Listener.
 //
 // Each incoming connection's handshake runs on its own goroutine, bounded by
-// Config.ConnectTimeout; established connections wait for Accept, up to
-// Config.Backlog of them. Beyond that, dialers are refused: their dial fails
-// with ErrHandshake, naming the full backlog.
+// Config.HandshakeTimeout; established connections wait for Accept, up to
+// Config.Backlog of them. Handshakes in progress count against the same
+// Backlog: a connect request beyond it drops the oldest one. With Accept's
+// queue full, dialers are refused: their dial fails with ErrHandshake,
+// naming the full backlog.
 type Listener struct {
 	fb *fallbackListener // non-nil: ListenConfig.Fallback (fallback.go); every method defers to it
 

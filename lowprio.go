@@ -9,8 +9,8 @@ import (
 )
 
 // lowPriority is a device's worker for work off the data path that burns
-// CPU in the kernel, such as registering a pool arena (15 ms of system time
-// for 4 MiB in the Soft-RoCE guest): one goroutine locked to an OS thread
+// CPU in the kernel, such as registering a pool arena (the kernel pins and
+// maps every page of it): one goroutine locked to an OS thread
 // at the lowest CPU priority (nice 19), running jobs one at a time. On a
 // CPU it shares with a busy-polling caller, the caller keeps nearly all of
 // it, where at equal priority the kernel would give each half and stall

@@ -1127,9 +1127,10 @@ func dialAgain(t *testing.T, ln *Listener, cfg *Config) (client, server *Conn) {
 
 // TestExportScopedToConnection: an export's key works only through the
 // connection it was made on, with the rights asked for, and not after
-// Export.Close; a refused access changes no byte. (Before exports were
-// windows bound to their QP, any connection of the device could use the
-// key of any export: the first write below succeeded.)
+// Export.Close; a refused access changes no byte. (An export's key is a
+// window bound to its connection's QP; a key of an MR with remote rights
+// would let any connection of the device write, the first write below
+// included.)
 func TestExportScopedToConnection(t *testing.T) {
 	c1, s1, ln := connPair(t, nil)
 	defer ln.Close()

@@ -170,8 +170,8 @@ func TestMetrics(t *testing.T) {
 		b.Release()
 	}
 	// A message is counted as sent when its Send returns, which may be
-	// after the peer received it (found by make test: the sender's
-	// goroutine had posted the large one and not yet returned).
+	// after the peer received it (the sender's goroutine may have posted
+	// the large one and not yet returned).
 	<-sendsDone
 
 	m2 := ReadMetrics()

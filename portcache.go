@@ -11,9 +11,9 @@ import (
 
 // The port's attributes a connection checks its QP's transitions against
 // (active MTU, GID table length, link layer, P_Key table length), cached
-// per device. ibv_query_port cost each connection end 66-155 us (medians)
-// in the Soft-RoCE guest, through cgo: rxe takes the RTNL lock to read the
-// netdev's speed. These attributes change rarely, and the device says so
+// per device. ibv_query_port is a slow call to make on every connection
+// end: rxe takes the RTNL lock to read the netdev's speed, and the call
+// goes through cgo. These attributes change rarely, and the device says so
 // for most of them: a port event (state, LID, P_Key, GID, SM change) drops
 // the port's entry. What changes without an event is the active MTU when a
 // netdev's MTU changes (rxe reports none), so an entry is also read again

@@ -167,9 +167,8 @@ func TestParkWakeStress(t *testing.T) {
 // when the peer took the announcement, and the peer's done answer (which
 // revokes the window and gives the buffer back to the pool) comes after the
 // receiver's last Recv, which drove the shared CQ. The poller must not
-// sleep with the CQ unarmed and no look scheduled (found by make test: the
-// buffer stayed out, and another connection waiting for the pool would
-// have waited for ever).
+// sleep with the CQ unarmed and no look scheduled: the buffer would stay
+// out, and another connection waiting for the pool would wait for ever.
 func TestCompletionsWithoutCaller(t *testing.T) {
 	waitNoDevice(t)
 	c, s, ln := connPair(t, &Config{RecvBuffers: 8, SendBuffers: 8, BufferSize: 4096})

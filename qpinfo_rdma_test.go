@@ -129,8 +129,8 @@ func TestQPInfoSettings(t *testing.T) {
 }
 
 // The zero Config's settings as the QP holds them (logged:
-// docs/troubleshooting.md quotes them): retry_cnt and rnr_retry 6, rdma_cm's ack timeout and RNR
-// NAK timer, the port's MTU.
+// docs/troubleshooting.md quotes them): retry_cnt and rnr_retry 6,
+// rdma_cm's ack timeout and RNR NAK timer, the port's MTU.
 func TestQPInfoDefaults(t *testing.T) {
 	client, server, ln := connPair(t, nil)
 	defer ln.Close()

@@ -103,8 +103,8 @@ func (c *Conn) maxRecvMessage() int {
 
 // The rendezvous state is made at a connection's first large message,
 // each direction's at its own first use (under c.mu): most connections
-// never send or receive one, and it was about 8 KB of the 38 KB of Go
-// memory each end of a connection allocated at set-up.
+// never send or receive one, and need not carry its Go memory from
+// set-up on.
 
 // initRendezvousIn makes the state of incoming large messages, indexed by
 // the receive buffer that carried the announcement.

@@ -56,7 +56,7 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 	// After this side's end of stream nothing may follow to retire an
 	// unsignaled request (a rendezvous done answer, a credit update to a
 	// 1.1 peer), and Close waits for every request to retire: signal them
-	// all (found by the two-guest tests on a lossy link).
+	// all.
 	if force || c.finSent || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
 		wr.Flags |= verbs.SendSignaled
 		c.sqUnsig = 0

@@ -108,9 +108,9 @@ func side(k string) string { return k[:strings.IndexByte(k, ':')] }
 //
 // Before each measured phase the device is primed: RDMA_SETUP_CONNS
 // connections dialled and closed, and with the pool their QPs back in the
-// pool, which they join only at their TIMEWAIT_EXIT, about 2 s after
-// Close here; both modes then wait until RDMA_SETUP_QUIET_MS (default
-// 3000) after those closes, so that neither measures the other's
+// pool, which they join only at their TIMEWAIT_EXIT (the kernel CM's
+// timewait after Close); both modes then wait until RDMA_SETUP_QUIET_MS
+// (default 3000) after those closes, so that neither measures the other's
 // disconnects. The figures with the pool are thus those of dials that come
 // at least that long after earlier connections closed (steady churn),
 // with a pool large enough for both ends of every measured connection
@@ -137,7 +137,7 @@ func TestSetupProfile(t *testing.T) {
 		checkLeaksAtEnd(t)
 	}
 	// Measure what users run: without the tests' allocation-site tracking
-	// (a stack captured per buffer Get, 2% of this test's CPU), on a device
+	// (a stack captured per buffer Get, which costs CPU), on a device
 	// set up here.
 	flushLingeringDevices()
 	trackAllocations = false
@@ -234,8 +234,8 @@ func TestSetupProfile(t *testing.T) {
 		}
 		// Both modes start quiet: the priming connections' disconnects and
 		// timewaits done in the kernel (with the pool their ids live until
-		// TIMEWAIT_EXIT, about 2 s; without it Close destroys the id but the
-		// kernel's CM still holds the connection's timewait).
+		// TIMEWAIT_EXIT; without it Close destroys the id but the kernel's
+		// CM still holds the connection's timewait).
 		settleDevices(rdmatest.Scale(15 * time.Second))
 		time.Sleep(time.Until(closed.Add(quiet)))
 	}
@@ -290,12 +290,11 @@ func TestSetupProfile(t *testing.T) {
 			stopProfile = pprof.StopCPUProfile
 		}
 		// Every round starts right after a collection: otherwise whether the
-		// pacer's next cycle falls inside the round decided its time (a
-		// round of 20 with a collection in it took 2-3x one without, in a
-		// heap of 4 MB that the dials' 90 KB per connection fill in about
-		// two rounds), and a change in what a dial allocates moved that
-		// phase. What collections cost per connection follows from the
-		// bytes allocated (SETUPALLOC).
+		// pacer's next cycle falls inside the round would decide its time
+		// (a collection costs a round far more than its share), and a
+		// change in what a dial allocates would move that phase. What
+		// collections cost per connection follows from the bytes
+		// allocated (SETUPALLOC).
 		runtime.GC()
 		stopPerf := startPerf(t, name)
 		stopEvents := recordEvents(t, name)
@@ -498,8 +497,8 @@ func minorFaults(pid string) int64 {
 }
 
 // procCPU is the CPU time a process's live threads have run, the sum of
-// a threadCPU read (nanosecond resolution: /proc/PID/stat's ticks of 10
-// ms are too coarse for a round of 50-100 ms), or -1 if it failed.
+// a threadCPU read (nanosecond resolution: /proc/PID/stat's clock ticks
+// are too coarse for a round of a few dials), or -1 if it failed.
 func procCPU(threads map[string]time.Duration) time.Duration {
 	if threads == nil {
 		return -1

@@ -59,10 +59,10 @@ type rxMsg struct {
 // update at all. A write-with-immediate ping-pong, whose notifications
 // cannot carry credits (the immediate is the application's), sends one
 // update per half window, and each one finds the peer starved, so the
-// window grows (window.go) and updates get rarer: an update per quarter
-// window kept a window of 8 from ever reaching half, and sent an update
-// every second round trip (a doorbell, a signaled completion and a receive
-// more on each side), which doubled its latency.
+// window grows (window.go) and updates get rarer. The threshold is not a
+// quarter window: that would keep a window of 8 from ever reaching half,
+// so it would never grow, and would send an update every second round trip
+// (a doorbell, a signaled completion and a receive more on each side).
 //
 // A 1.0/1.1 peer spends a credit on each credit update it receives and
 // earns one back when it reposts it: there at least 2 must be pending, so
@@ -262,8 +262,8 @@ func (c *Conn) takeLocked(m *rxMsg, k int) {
 // returns credits if the peer may need them. Their credits count from
 // here (pending), but the post itself waits for this side's next send,
 // which carries them in the same call into C (postSendsLocked): a
-// ping-pong's reply then costs one crossing, not two (a crossing is about
-// 1.6 us in the emulated guest, BenchmarkCostPollEmpty). That is safe:
+// ping-pong's reply then costs one crossing, not two (what a crossing
+// costs: BenchmarkCostPollEmpty, docs/performance.md). That is safe:
 // credits reach the peer only in sends, and every send posts recvReady
 // first. Receives that take the peer's control messages (uncredited: the
 // peer sends into them without a grant) are posted at once, and a waiter

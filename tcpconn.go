@@ -524,8 +524,8 @@ func (t *tcpConn) closeWrite() error {
 	defer t.writeMu.Unlock()
 	// Marked first, under the exclusive lock: no producer is inside queue()
 	// then, and every later one sees finSent (EPIPE), so nothing can be
-	// queued behind the FIN (a Send racing CloseWrite could before: the
-	// peer saw EOF, then a message).
+	// queued behind the FIN (else a Send racing CloseWrite could queue a
+	// message that the peer would see after EOF).
 	t.wmu.Lock()
 	fin := t.finSent
 	err := t.writeErr()

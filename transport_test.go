@@ -9,7 +9,7 @@ import (
 	"github.com/verbline/rdma/internal/verbs"
 )
 
-// rdmaCMAttrs is what rdma_init_qp_attr gives an RC QP on RoCE (as measured
+// rdmaCMAttrs is what rdma_init_qp_attr gives an RC QP on RoCE (as read
 // on Soft-RoCE): RTR with the path, RTS with the peer's retry counts.
 func rdmaCMAttrs(to verbs.QPState) (verbs.QPAttr, verbs.AttrMask) {
 	switch to {

@@ -32,8 +32,8 @@ import (
 //
 // Nothing shrinks while the connection lives: the memory goes back to the
 // pool when it closes. The rings grow from buffers the pool has free
-// (buffer.Pool.TryGet): registering a new arena takes milliseconds (15-30
-// ms for 4 MiB in the Soft-RoCE guest), and growth happens with c.mu held,
+// (buffer.Pool.TryGet): registering a new arena is slow (the kernel pins
+// and maps each of its pages), and growth happens with c.mu held,
 // on the path of the connection's completions and of the poller's other
 // connections. When the pool has none, a goroutine registers an arena
 // (growPoolLocked, on the device's low-priority worker: lowprio.go)

@@ -15,7 +15,8 @@ import (
 )
 
 // idleBudget is the registered memory an idle connection may hold with the
-// default Config (issue #10's goal).
+// default Config: an idle connection pins little, so one device serves
+// thousands of them.
 const idleBudget = 256 << 10
 
 // An idle connection pins little; a stream whose reader keeps up grows
@@ -62,8 +63,8 @@ func TestWindowGrowsWithTraffic(t *testing.T) {
 		t.Errorf("window %d, send ring %d: want them grown to %d and %d", window, ring, cfg.RecvBuffers, cfg.SendBuffers)
 	}
 	// Growing rings map arenas off the data path (Pool.Grow), never in a
-	// Get made with c.mu held (a miss), which stalls the connection's
-	// completions for the registration's milliseconds.
+	// Get made with c.mu held (a miss), which would stall the connection's
+	// completions for as long as the registration takes.
 	pool1 := client.dev.pool.Stats()
 	t.Logf("arenas mapped during the stream: %d by Grow, %d by Get", pool1.Grows-pool0.Grows, pool1.Misses-pool0.Misses)
 	if pool1.Misses != pool0.Misses {
@@ -174,8 +175,8 @@ func TestCreditOvershoot(t *testing.T) {
 	// The server reads nothing until the overshoot is caught: a read would
 	// repost receives and grant credits (the peer down to half its window
 	// gets an update at once), and the extra message could then arrive
-	// within real credits: the test hung in Read (CI, 20 min) when the
-	// server read the first messages before the last one arrived.
+	// within real credits: nothing would be caught, and a server that read
+	// the first messages before the last one arrived would hang in Read.
 	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
 	for {
 		server.mu.Lock()
@@ -280,8 +281,8 @@ func TestRendezvousWhilePoolGrows(t *testing.T) {
 	}
 	// The kernel lists an MR under the thread that registered it, and not
 	// at all once that thread is gone: the arenas Grow registered must
-	// still show as this process's (a thread per registration, exiting
-	// after it, hid them).
+	// still show as this process's (a thread per registration that exited
+	// after it would hide them).
 	if live := rdmatest.Resources(t); live["mr"] < st1.Arenas {
 		t.Errorf("rdma resource show lists %d MRs for this process; its pool has %d arenas", live["mr"], st1.Arenas)
 	}

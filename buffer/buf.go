@@ -63,7 +63,7 @@ func NewRecyclerRef(r Recycler) *RecyclerRef { return &RecyclerRef{r} }
 
 // NewRecyclerRefs prepares n recyclers in one allocation: element i (take
 // its address) is r(i). For a connection's per-slot recyclers, made at
-// set-up where one allocation each was most of its allocations.
+// set-up, where one allocation each would be most of its allocations.
 func NewRecyclerRefs(n int, r func(i int) Recycler) []RecyclerRef {
 	refs := make([]RecyclerRef, n)
 	for i := range refs {

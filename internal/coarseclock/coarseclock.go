@@ -6,10 +6,11 @@
 // the scheduler read the clock at every scheduling decision of its P
 // (runtime timers.check), and a caller spinning on a completion queue
 // yields to the scheduler at every turn: under a clock source without a
-// vDSO fast path (the Soft-RoCE guest's HPET: a system call per read)
-// per-peer TTL timers doubled the datagram round trip. So the ticks come
-// from a timerfd read through the netpoller by one goroutine, shared by
-// every user in the process and stopped with the last one.
+// vDSO fast path (HPET, as in an emulated guest: a system call per read)
+// per-peer TTL timers would add a system call to every turn of a waiting
+// caller's spin and slow the datagram round trip. So the ticks come from a
+// timerfd read through the netpoller by one goroutine, shared by every
+// user in the process and stopped with the last one.
 package coarseclock
 
 import (
@@ -80,8 +81,7 @@ func Acquire() error {
 // never blocks (the fd is non-blocking), and a read through os.File enters
 // the system call state, which wakes the runtime's monitor thread (sysmon)
 // from its deep sleep into 20 us rounds that preempt a caller spinning on
-// its completion queue (seen in the datagram ping-pong: 380-680 wake-ups a
-// second from four ticks).
+// its completion queue.
 func readExpirations(rc syscall.RawConn) (uint64, error) {
 	var b [8]byte
 	var errno unix.Errno

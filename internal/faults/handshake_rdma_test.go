@@ -24,9 +24,9 @@ import (
 // that the dialer is established. The listener still accepts, within its
 // default HandshakeTimeout: the dialer's first message on the QP proves it
 // (rdma_notify COMM_EST), and the connection carries data both ways.
-// Before, a lost RTU on a lossy wire failed the accept after the timeout
-// while the dialer thought itself connected, and its first message then
-// exhausted the transport's retries (make faults, TestLossyMessages).
+// Otherwise a lost RTU on a lossy wire would fail the accept after the
+// timeout while the dialer thought itself connected, and its first
+// message would then exhaust the transport's retries.
 func TestLostRTU(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)

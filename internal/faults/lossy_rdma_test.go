@@ -17,10 +17,10 @@ import (
 // lossy is the disturbance of the lossy tests, set on both hosts (each
 // direction of the wire): 3% of packets lost, and 1% sent ahead of the
 // others (netem reorders by delaying the rest, here by 1 ms). The delay
-// line holds up to 100,000 packets: with netem's default of 1,000, rxe's
-// reply to a 1 MiB RDMA read (1,024 packets sent in one go) overflowed
-// it, a local drop that rxe counts as send_err and answers with an RNR NAK
-// of its own (rxe_resp.c, read_reply), which then counted as a
+// line holds up to 100,000 packets: netem's default of 1,000 would
+// overflow on rxe's reply to a 1 MiB RDMA read (1,024 packets sent in one
+// go), a local drop that rxe counts as send_err and answers with an RNR
+// NAK of its own (rxe_resp.c, read_reply), which would then count as a
 // receiver-not-ready retry here. Loss on the wire is what is tested, not
 // a full transmit queue.
 var lossy = []string{"loss", "3%", "delay", "1ms", "reorder", "1%", "limit", "100000"}
@@ -90,12 +90,12 @@ func streamTest(t *testing.T, netem []string, n int64) {
 // writes with immediate, each way in turn: every message and notification
 // arrives once, in order, intact, and nothing after the end.
 //
-// Before the library's Soft-RoCE workaround (rxebind.go) a disturbed wire
-// left a rendezvous waiting forever, without an error, with both queue
-// pairs idle: rxe re-executed a window bind on a retry and stopped
-// (docs/reliability.md; -faults.rxe-bind-anytime turns the workaround off). Should
-// an exchange stall again, the test fails after -faults.stall without
-// progress, with a dump of both sides.
+// Without the library's Soft-RoCE workaround (rxebind.go) a disturbed
+// wire leaves a rendezvous waiting forever, without an error, with both
+// queue pairs idle: rxe re-executes a window bind on a retry and stops
+// (docs/reliability.md; -faults.rxe-bind-anytime turns the workaround
+// off). Should an exchange stall, the test fails after -faults.stall
+// without progress, with a dump of both sides.
 func TestLossyMessages(t *testing.T) {
 	env := twoguest.Require(t)
 	base, baseG := baseline.Take(t, env.Env)

@@ -175,8 +175,8 @@ func isTimedOut(err error) error {
 	return nil
 }
 
-// watchPeer polls p's output (over the undisturbed control link) and reports
-// each RETURNED line when it first sees it, and READY.
+// peerWatch is what poll has seen of p's output (read over the undisturbed
+// control link): READY, and each RETURNED line when it first appeared.
 type peerWatch struct {
 	mu       sync.Mutex
 	ready    bool

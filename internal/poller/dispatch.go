@@ -1,10 +1,12 @@
 //go:build linux && cgo
 
-// Package poller runs the completion pollers: a few goroutines, each locked to
-// an OS thread pinned to its own core, each owning one completion queue that
-// many connections share. A poller polls in batches, hands each run of
-// completions to the connection named in the work-request id, and never
-// blocks on a connection.
+// Package poller runs the completion pollers: a few goroutines, each owning
+// one completion queue that many connections share, and each locked to an
+// OS thread pinned to its own core when the process has cores to spare
+// (MinPinCPUs). Waiting callers drive a poller's CQ themselves (Waiter);
+// the poller's goroutine covers what no caller waits for. Whoever polls
+// does so in batches, hands each run of completions to the connection
+// named in the work-request id, and never blocks on a connection.
 //
 // Work-request ids carry the connection's token in their top 24 bits
 // (TokenShift); the rest is the connection's own business.

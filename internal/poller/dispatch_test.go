@@ -56,8 +56,8 @@ func TestDispatchRuns(t *testing.T) {
 //
 // The churn starts only once the dispatcher is running, and goes on until the
 // dispatcher has made a number of passes during it: stopping after a fixed
-// amount of churn used to let the stop arrive before the dispatching goroutine
-// was ever scheduled (3 runs in 200 on 2 cores without -race).
+// amount of churn could let the stop arrive before the dispatching goroutine
+// was ever scheduled.
 func TestDispatchConcurrentAttach(t *testing.T) {
 	const minChurn, minPasses = 1000, 1000
 	tb := newTable()

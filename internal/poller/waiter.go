@@ -14,29 +14,27 @@ var epoch = time.Now()
 // clock read, no allocation).
 func nanotime() int64 { return int64(time.Since(epoch)) }
 
-// pollTries is how many times one caller poll tries inside C: about 3 us
-// in the Soft-RoCE guest (44 ns a try), a few microseconds at most, so a
-// caller still gives the P up often enough. Longer than the 16 it was: a
+// pollTries is how many times one caller poll tries inside C. Each try
+// is one read of the CQ in user space, so a call stays short and the
+// caller still gives the P up often enough. It is not smaller because a
 // completion that arrives while the caller is outside C (crossing back,
 // yielding) waits for it, and per try the C loop is the cheapest place to
-// be (64 B Conn ping-pong in the guest, 3 runs each: 14.3 us median at 16,
-// 13.5 at 64).
+// be (docs/performance.md, "Where the time goes").
 const pollTries = 64
 
 // yieldEvery is how many polls a spinning caller makes between yields
 // (runtime.Gosched). A yield lets other goroutines run under GOMAXPROCS 1,
 // but costs more than a poll: the scheduler looks at the run queues, may
 // poll the network and, with an idle P, wakes another thread (wakep), and
-// a completion that arrives meanwhile waits. Every poll yielded at first:
-// 20% of a ping-pong client's CPU went to the scheduler (Go CPU profile),
-// and yielding every 4th poll (about every 12 us of spinning) took the
-// 64 B Conn ping-pong from 14.3 to 12.3 us in the guest.
+// a completion that arrives meanwhile waits. Yielding after every poll
+// would put a large share of a ping-pong's CPU in the scheduler and delay
+// the completions that land during the yields.
 const yieldEvery = 4
 
 // clockEvery is how many spin iterations pass between clock reads: under
-// emulation a clock read costs about as much as a poll (a profile of the
-// 64 B ping-pong in the Soft-RoCE guest put 15% of the client's CPU in
-// nanotime when every iteration read it).
+// emulation a clock read costs about as much as a poll, so reading it on
+// every iteration would spend a large share of a spinning caller's CPU on
+// the clock.
 const clockEvery = 8
 
 // maxSpin caps a learnt spin budget: a caller that waited this long parks.
@@ -59,8 +57,8 @@ const maxParkSpin = 500 * time.Microsecond
 // parking to being woken with the wait over): spinning as long as the
 // alternative costs is the classic 2-competitive choice, and it adapts to
 // the machine, since a wake-up through the completion channel, the
-// netpoller and the scheduler costs microseconds on hardware and hundreds
-// of them under emulation.
+// netpoller and the scheduler costs far more under emulation than on
+// hardware.
 type SpinBudget struct {
 	srtt, rttvar atomic.Int64 // ns
 	perIter      atomic.Int64 // ns per spin iteration, measured at clock reads

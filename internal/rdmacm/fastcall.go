@@ -51,22 +51,20 @@ import (
 // Why: each is one command written to the rdma_cm device that the kernel
 // carries out before it returns (on InfiniBand and RoCE it queues MADs and
 // resolutions and does not wait for the network), so the call is CPU
-// work, tens to hundreds of microseconds in the Soft-RoCE guest. Through
-// cgo such a call puts its P in the system-call state, the runtime's
-// monitor takes the P from any call it sees running past its 20 us tick
-// and hands it to another thread (waking or creating one), and the
-// caller's thread, back from C, finds its P gone and sleeps until one
-// frees: each long call became a hand-off and two thread switches, with
+// work, long enough on a slow host (Soft-RoCE, emulation) to matter.
+// Through cgo such a call puts its P in the system-call state, the
+// runtime's monitor takes the P from any call it sees running past its
+// 20 us tick and hands it to another thread (waking or creating one), and
+// the caller's thread, back from C, finds its P gone and sleeps until one
+// frees: each long call becomes a hand-off and two thread switches, with
 // more runnable threads than CPUs to run them while a burst of dials and
-// accepts set up. With the P kept through
-// the call (20 concurrent dials, both ends in one process, 18 rounds each
-// way, alternating; medians): 90 voluntary context switches per round
-// instead of 178, 4.6 ms of process CPU per connection instead of 5.9,
-// 62 ms per round instead of 75 (benchmarks/HISTORY.md, "Connection set-up", session 18).
+// accepts set up. Keeping the P through the call avoids those hand-offs:
+// such a burst makes fewer context switches and spends less CPU per
+// connection (make setupbench measures set-up; docs/performance.md).
 //
 // What that gives up is what the data path's fast calls give up: nothing
 // else runs on the P meanwhile and a stop-the-world waits for the call,
-// here up to hundreds of microseconds on a slow host. The calls that may
+// here for as long as the kernel's CPU work takes. The calls that may
 // wait on other work stay on cgo: rdma_destroy_id (it waits for its
 // events' acknowledgements), the QP transition to RTR (the kernel resolves
 // the peer's MAC in it: verbs/fastcall.go), ibv_query_port (rxe takes the

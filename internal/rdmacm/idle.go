@@ -15,11 +15,11 @@ import (
 
 // Idle event channels. Opening one (open of /dev/infiniband/rdma_cm, a dup
 // of its fd and the fd's registration with the netpoller) and destroying it
-// again was about 0.3 ms of each side's connection set-up in the Soft-RoCE
-// guest, against a per-connection total near 2 ms. A connection's channel
-// ends with no ids on it and its kernel event queue empty (rdma_destroy_id
-// discards the id's undelivered events), so Close keeps it here and the
-// next NewChannel takes it instead of opening another.
+// again is a sizeable share of each side's connection set-up. A
+// connection's channel ends with no ids on it and its kernel event queue
+// empty (rdma_destroy_id discards the id's undelivered events), so Close
+// keeps it here and the next NewChannel takes it instead of opening
+// another.
 //
 // What is kept is the C channel and its registered file only: every user
 // gets a fresh Channel (ids map, read buffer, closed flag), so nothing a

@@ -100,8 +100,8 @@ static int conn_param_call(int accept, struct rdma_cm_id *id, const void *priv, 
 
 // Each call and its errno in one C function: Go may move a goroutine to
 // another thread between two cgo calls, and errno is per thread (a separate
-// errno_or call read another thread's errno about 1% of the time, 0
-// included, which turned a failed bind into a success).
+// call to read errno could read another thread's, 0 included, and turn a
+// failed bind into a success).
 static int rdma_migrate_id_e(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return rdma_migrate_id(id, ch) ? -errno : 0; }
 static int rdma_bind_addr_e(struct rdma_cm_id *id, struct sockaddr *sa) { return rdma_bind_addr(id, sa) ? -errno : 0; }
 static int rdma_listen_e(struct rdma_cm_id *id, int backlog) { return rdma_listen(id, backlog) ? -errno : 0; }

@@ -47,8 +47,8 @@ func channelID(t testing.TB) (*Channel, *ID) {
 	return ch, id
 }
 
-// qpFor creates an RC QP on the id's device and moves it to state through the
-// validated table with the attributes rdma_cm computes.
+// endpoint is an RC QP on an id's device (newEndpoint); moveTo moves it to
+// a state through the validated table with the attributes rdma_cm computes.
 type endpoint struct {
 	pd  *verbs.PD
 	cq  *verbs.CQ

@@ -62,8 +62,8 @@ func Scale(d time.Duration) time.Duration {
 // names the creating thread, not the process, so objects are matched by the
 // command name (test binaries run one at a time under make test). The five
 // listings come from one run of `rdma -b -` (batch mode, commands on stdin):
-// starting a process is the slow part in the emulated guest (about 0.2 s
-// each), and the leak checks call this three times per test.
+// starting a process is the slow part in the emulated guest, and the leak
+// checks call this three times per test.
 func Resources(t testing.TB) map[string]int {
 	t.Helper()
 	runSettle()
@@ -137,10 +137,9 @@ func CheckNoLeaks(t testing.TB, baseRes map[string]int, baseGoroutines int) {
 	for {
 		// Goroutines first: Resources runs `rdma` through os/exec, whose
 		// output-copying goroutine may not have exited yet when it returns
-		// (seen in the guest under load: one extra goroutine on every
-		// check for the whole grace period). Settle before it: what the
-		// package releases there (retiring connections' goroutines,
-		// lingering devices' pollers) is not a leak.
+		// (under load, on every check of the grace period). Settle before
+		// it: what the package releases there (retiring connections'
+		// goroutines, lingering devices' pollers) is not a leak.
 		runSettle()
 		g := runtime.NumGoroutine()
 		res := Resources(t)

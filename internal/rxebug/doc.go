@@ -1,6 +1,6 @@
 // Package rxebug reproduces, with plain verbs on one Soft-RoCE device and
-// none of the library's protocol, the rxe (Linux 6.1) defect behind the
-// rendezvous-under-loss hang of issue #11: a retransmission re-executes a
+// none of the library's protocol, the rxe (Linux 6.1) defect that can hang
+// a large message's rendezvous on a lossy wire: a retransmission re-executes a
 // memory-window bind that was already executed but not yet completed, the
 // second bind fails, and the requester stops without moving the QP to the
 // error state (see rxebind.go in the root package for the analysis and

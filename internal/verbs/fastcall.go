@@ -13,8 +13,8 @@ import (
 // (an MMIO write on hardware, a write(2) to the uverbs device on Soft-RoCE,
 // where the kernel transmits before it returns). For such calls the cgo
 // runtime transition (entersyscall, exitsyscall, pointer checks) costs more
-// than the work: 390 ns against 60 ns per call in the Soft-RoCE guest
-// (BenchmarkCostCall*), on a path that makes two such calls per message.
+// than the work (BenchmarkCostPollEmpty runs an empty poll both ways;
+// docs/performance.md), on a path that makes two such calls per message.
 //
 // So these calls switch to the system stack and call C directly, through
 // the runtime's asmcgocall, as a cgo call does minus the scheduler
@@ -34,18 +34,15 @@ import (
 //
 // Arming a CQ (ibv_req_notify_cq), taking an event from its non-blocking
 // channel (ibv_get_cq_event), acknowledging events (ibv_ack_cq_events) and
-// the UD posts go the same way. Through cgo each ran in the runtime's
-// syscall state, and with GOMAXPROCS 1 the runtime's monitor thread
-// (sysmon) takes the P from any such call it sees twice and hands it to
-// another thread; each call it takes, or that wakes it from a deep sleep,
-// keeps it waking every 20 us. In the Soft-RoCE guest, where these calls
-// take tens of microseconds, a 64 B Conn ping-pong whose waits sometimes
-// parked (each park arms the CQ, each wake-up takes an event) had the
-// monitor wake 7,800-9,300 times a second on the client's only CPU, each
-// time preempting the thread that ran the ping-pong (0.4-1.3 involuntary
-// context switches per round trip); with arming, taking events and the UD
-// posts fast, 400-1,500 times a second (benchmarks/HISTORY.md, session 15), and
-// none once the acknowledgement was fast too (session 16).
+// the UD posts go the same way. Through cgo each would run in the
+// runtime's syscall state, and with GOMAXPROCS 1 the runtime's monitor
+// thread (sysmon) takes the P from any such call it sees twice and hands
+// it to another thread; each call it takes, or that wakes it from a deep
+// sleep, keeps it waking every 20 us. Where these calls are long
+// (Soft-RoCE, whose device work runs inside them), a ping-pong whose waits
+// sometimes park (each park arms the CQ, each wake-up takes an event)
+// would have the monitor waking over and over and preempting the thread
+// that runs it; as fast calls they leave the monitor asleep.
 //
 // VERBLINE_CGO=safe in the environment turns the fast calls off: every call
 // then goes through cgo (for debugging, or a platform where the fast path

@@ -60,7 +60,7 @@ func minimalPath(typ QPType) []step {
 	}
 }
 
-// stepFor returns the minimal step for typ that leaves the given state.
+// stepFrom returns the minimal step for typ that leaves the given state.
 func stepFrom(t *testing.T, typ QPType, from QPState) step {
 	t.Helper()
 	for i, s := range minimalPath(typ) {

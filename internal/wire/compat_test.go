@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// Compatibility across versions (PROTOCOL.md, "Versions and compatibility").
+// Compatibility across versions (docs/protocol.md, "Versions and compatibility").
 // Protocol 1.0 is the Hello before the minor version and the features had
 // bytes of their own: byte 5 was "flags (reserved, 0)" and bytes 20..23
 // "reserved (0)", both ignored on receipt, and a 1.0 peer sent zeros there.

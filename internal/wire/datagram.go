@@ -4,7 +4,7 @@ package wire
 // the sender's GID and QP number, not the rdma_cm port its PacketConn is
 // bound to, so every datagram starts with a small header that says who
 // sent it (the address a reply goes to) and how large a datagram the sender
-// accepts. DATAGRAM.md, next to this file, describes the whole exchange:
+// accepts. docs/datagram-protocol.md describes the whole exchange:
 // address resolution through rdma_cm's UDP port space (SIDR), the Q_Key,
 // this header and how a receiver checks it against the GRH.
 //

@@ -1,8 +1,9 @@
 // Package wire defines the bytes verbline peers exchange: the handshake carried
 // in rdma_cm private data while connecting, the 32-bit immediate data on
 // every SEND_WITH_IMM, and the descriptors sent in message payloads.
-// PROTOCOL.md, next to this file, is the complete protocol (version 1.1) as
-// a peer implementer needs it; this comment is the summary.
+// docs/protocol.md at the module root is the complete protocol (version 1.2,
+// Version and Minor) as a peer implementer needs it; this comment is the
+// summary.
 //
 // What travels where:
 //
@@ -17,11 +18,14 @@
 //	  off  size  field
 //	    0     4  magic "GRDM" (0x4752444d)
 //	    4     1  major version (1): must match, else the handshake fails
-//	    5     1  minor version (1; 0 from a 1.0 peer): informational
+//	    5     1  minor version (2; 1 from a 1.1 peer, 0 from a 1.0 peer):
+//	             informational
 //	    6     2  credits: receive buffers posted for the peer (>= 1)
 //	    8     4  receive buffer size (64 .. 1<<30)
-//	   12     4  max message size the sender accepts (<= receive buffer
-//	             size, or 0: no rendezvous)
+//	   12     4  max message size the sender accepts: if above the
+//	             receive buffer size, messages between the two come by
+//	             rendezvous; if at most the buffer size, or 0, there is
+//	             no rendezvous and the buffer size is the limit
 //	   16     4  keepalive interval in ms (reserved: 0, ignored)
 //	   20     4  features the sender supports (bitmask; 0 from a 1.0 peer)
 //	   24     -  extension: ignored; a later minor may add fields here,
@@ -92,7 +96,7 @@ type Features uint32
 const FeatureControlReserve Features = 1 << 0
 
 // Supported is the set of features this implementation announces.
-// PROTOCOL.md keeps the registry of feature bits.
+// docs/protocol.md keeps the registry of feature bits.
 const Supported Features = FeatureControlReserve
 
 // featureNames names the defined feature bits, for String.
@@ -391,9 +395,11 @@ const (
 	KindData   Kind = 0 // payload bytes of the stream
 	KindCredit Kind = 1 // no payload; only returns credits
 	KindFIN    Kind = 2 // the sender will send no more data
-	// KindKeepalive is an idle probe, reserved for a keepalive feature:
-	// receivers accept it as a control message (its credits count), this
-	// implementation does not send it.
+	// KindKeepalive is a probe with no payload, sent only on connections
+	// that negotiated FeatureControlReserve: by an idle connection with
+	// Config.KeepAlive set (keepalive.go), and by a dialer that has sent
+	// nothing shortly after establishing (confirmEstablished). Receivers
+	// accept it as a control message (its credits count).
 	KindKeepalive Kind = 3
 	KindMessage   Kind = 4 // one whole message of the message view (boundaries kept)
 	// KindRendezvous announces a message larger than a receive buffer; its
