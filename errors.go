@@ -24,7 +24,7 @@ var (
 	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded),
 	// or the program was built without RDMA (without cgo, or not for Linux).
 	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
-		"(modprobe rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
+		"(modprobe -a rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
 	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.
 	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
 		"(use an IP of a netdev that `rdma link show` lists)")

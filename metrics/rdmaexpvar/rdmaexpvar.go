@@ -9,7 +9,9 @@
 // ConnsTotal, BytesSent, BytesReceived, MessagesSent, MessagesReceived,
 // CreditStalls, the ConnStats fields such as PollerWakeups and Parks, the
 // pool gauges) and Devices, one object per RDMA device with the same fields
-// and the device's hardware counters (Ports).
+// and the device's hardware counters (Ports). The poller and completion
+// counters among them (PollerWakeups, Parks and the like) are diagnostics
+// whose meaning follows the implementation.
 //
 // It lives apart from package rdma because importing expvar imports
 // net/http and registers the /debug/vars handler on http.DefaultServeMux;
