@@ -348,9 +348,10 @@ type Config struct {
 	// PollEvent: nobody spins; every wait goes through the completion channel.
 	PollMode PollMode
 	// PollSpin is the shortest spin budget of a waiting caller; a caller
-	// whose recent waits were longer (a slower round trip) spins about
-	// twice their mean, up to 2 ms, before it parks. 0 means 50 µs; a
-	// negative value means PollEvent.
+	// whose recent waits were longer (a slower round trip) spins for their
+	// smoothed mean plus four mean deviations, and never less than a park
+	// has recently cost (counted up to 500 µs), up to 2 ms, before it
+	// parks. 0 means 50 µs; a negative value means PollEvent.
 	PollSpin time.Duration
 	// Pollers is how many pollers serve a device, shared by all the
 	// device's connections (least-loaded first). 0 means 1; never more
