@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/internal/rdmatest"
@@ -48,7 +49,9 @@ func TestMain(m *testing.M) {
 		os.Setenv("VERBLINE_TEST_RXE_BIND_ANYTIME", "1")
 	}
 	if *netemFlag != "" {
-		lossy = strings.Fields(*netemFlag)
+		// Commas separate too, so that the arguments pass through make
+		// faults' FAULTS_ARGS, which splits at spaces.
+		lossy = strings.FieldsFunc(*netemFlag, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 	}
 	if role := os.Getenv("FAULTS_PEER"); role != "" {
 		os.Exit(runPeer(role, os.Getenv("FAULTS_ADDR")))
@@ -67,7 +70,8 @@ var (
 	rendezvous     = flag.Bool("faults.rendezvous", true, "TestLossyMessages: also sizes above the receive buffers (rendezvous); false: eager sizes only")
 	rxeBindAnytime = flag.Bool("faults.rxe-bind-anytime", false, "control runs: bind memory windows without waiting for an empty send queue (the library's Soft-RoCE workaround off: rxebind.go)")
 	concurrent     = flag.Bool("faults.concurrent", false, "TestLossyMessages: both ways at once")
-	netemFlag      = flag.String("faults.netem", "", "netem arguments of the lossy tests instead of lossy's")
+	netemFlag      = flag.String("faults.netem", "", "netem arguments of the lossy tests instead of lossy's, separated by commas or spaces (loss,2%,delay,1ms)")
+	lossyRetries   = flag.Int("faults.lossy-retry-count", 0, "Config.RetryCount of both ends over the lossy wire (0: the library's default, 6)")
 	timeoutFlag    = flag.Duration("faults.timeout", 0, "bound on each lossy transfer (0: from its size)")
 	lossyBuffer    = flag.Int("faults.lossy-buffer", 4096, "Config.BufferSize of both ends over the lossy wire")
 	ackTimeout     = flag.Duration("faults.ack-timeout", 134*time.Millisecond, "Config.AckTimeout of both ends")
@@ -187,6 +191,7 @@ func lossyConfig() rdma.Config {
 	cfg := testConfig()
 	cfg.BufferSize = *lossyBuffer
 	cfg.AckTimeout = *lossyAck
+	cfg.RetryCount = *lossyRetries
 	return cfg
 }
 
