@@ -57,6 +57,11 @@ func TestConfigRanges(t *testing.T) {
 			ln.Close()
 		}
 		check("Listen", err)
+		p, err := lc.ListenPacket(context.Background(), "rdma", "169.254.0.1:0")
+		if p != nil {
+			p.Close()
+		}
+		check("ListenPacket", err)
 	}
 	for _, ok := range []Config{
 		{}, {AckTimeout: maxAckTimeout}, {AckTimeout: time.Nanosecond}, {RetryCount: 1}, {RetryCount: 6},

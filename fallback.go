@@ -63,7 +63,7 @@ type Fallback struct {
 	// RDMATimeout bounds a Dialer's RDMA attempt before it falls back to
 	// TCP. A peer whose host has no RDMA device never answers rdma_cm's
 	// connect request, so this is what such a dial costs before TCP.
-	// 0 means 1 s. A ListenConfig ignores it.
+	// 0 or less means 1 s. A ListenConfig ignores it.
 	RDMATimeout time.Duration
 }
 

@@ -52,6 +52,11 @@ func (lc *ListenConfig) ListenPacket(ctx context.Context, network, address strin
 	if err := checkNetwork(network); err != nil {
 		return nil, opErr(err)
 	}
+	// As Listen: a device's first user fixes its shared settings (QPPool,
+	// DeviceLinger, the pollers), so they are checked here too.
+	if err := lc.Config.check(); err != nil {
+		return nil, opErr(err)
+	}
 	ap, err := resolve(ctx, network, address, true)
 	if err != nil {
 		return nil, opErr(err)

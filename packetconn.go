@@ -527,7 +527,8 @@ func (p *PacketConn) WriteToAddrPort(b []byte, addr netip.AddrPort) (int, error)
 }
 
 // Alloc returns a registered buffer of n bytes from the device's pool, for
-// SendTo (at most MaxDatagramSize of it is sent).
+// SendTo (which refuses a buffer longer than MaxDatagramSize with
+// ErrDatagramTooLarge).
 func (p *PacketConn) Alloc(n int) (buffer.Buf, error) {
 	if p.isClosed() {
 		return buffer.Buf{}, p.opError("alloc", nil, net.ErrClosed)

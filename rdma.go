@@ -350,8 +350,8 @@ type Config struct {
 	// PollSpin is the shortest spin budget of a waiting caller; a caller
 	// whose recent waits were longer (a slower round trip) spins for their
 	// smoothed mean plus four mean deviations, and never less than a park
-	// has recently cost (counted up to 500 µs), up to 2 ms, before it
-	// parks. 0 means 50 µs; a negative value means PollEvent.
+	// has recently cost (counted up to 500 µs), up to 2 ms (or PollSpin,
+	// if larger), before it parks. 0 means 50 µs; a negative value means PollEvent.
 	PollSpin time.Duration
 	// Pollers is how many pollers serve a device, shared by all the
 	// device's connections (least-loaded first). 0 means 1; never more

@@ -41,8 +41,8 @@ func (c *cpuClaim) release() {
 // ClaimCPUs chooses up to n cores for pinned pollers and claims them
 // host-wide: none when the process may run on fewer than MinPinCPUs CPUs;
 // otherwise cores no other process's poller has claimed, in PickCPUs'
-// order. A CPU claimed by another process is used only if every allowed
-// core is claimed (then the pollers are not pinned at all).
+// order. Cores another process's poller claimed are skipped: when every
+// allowed core is claimed, the pollers are not pinned at all.
 func ClaimCPUs(n int) ([]int, []*cpuClaim) {
 	allowed := PickCPUs(1 << 10)
 	if len(allowed) < MinPinCPUs {
