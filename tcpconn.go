@@ -40,7 +40,8 @@ type tcpConn struct {
 	cancel     context.CancelFunc
 	closeOnce  sync.Once
 	closeErr   error
-	readerDone chan struct{} // closed when readLoop ends, after rerr is set
+	readerDone chan struct{} // closed when readLoop stops taking frames, after rerr is set
+	drained    chan struct{} // closed when readLoop ends (after Close, once it stopped draining the socket)
 	writerDone chan struct{} // closed when writeLoop ends
 
 	// The reader's side. streamQ and msgs are closed by readLoop, their
@@ -203,6 +204,7 @@ func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim frameLimits
 		pool:       pool,
 		closing:    make(chan struct{}),
 		readerDone: make(chan struct{}),
+		drained:    make(chan struct{}),
 		writerDone: make(chan struct{}),
 		streamQ:    make(chan buffer.Buf, cfg.RecvBuffers),
 		msgs:       make(chan buffer.Buf, cfg.RecvBuffers),
@@ -233,12 +235,21 @@ func sockErr(err error) error {
 	return err
 }
 
-// readLoop reads frames until the connection ends.
+// readLoop reads frames until the connection ends or Close. After Close it
+// reads and drops the socket's input until the peer's end of stream or
+// until Close closes the socket: the peer's writes keep moving while Close
+// waits for the peer to acknowledge what this side wrote (so two sides
+// closing at once both deliver), and the socket is not left with unread
+// input, which makes the kernel reset the connection when it is closed.
 func (t *tcpConn) readLoop() {
-	defer close(t.readerDone)
+	defer close(t.drained)
 	var hdr [frameHeaderLen]byte
 	var err error
+	closing := false
 	for err == nil {
+		if closing = isClosedChan(t.closing); closing {
+			break
+		}
 		var typ byte
 		var n int
 		typ, n, err = readFrameHeader(t.nc, &hdr, t.lim)
@@ -248,6 +259,7 @@ func (t *tcpConn) readLoop() {
 		b, gerr := t.pool.GetWait(t.ctx, n)
 		if gerr != nil {
 			err = gerr
+			closing = isClosedChan(t.closing)
 			break
 		}
 		if err = readFramePayload(t.nc, b.Bytes()); err != nil {
@@ -262,8 +274,11 @@ func (t *tcpConn) readLoop() {
 		case q <- b:
 		case <-t.closing:
 			b.Release()
-			err = net.ErrClosed
+			closing = true
 		}
+	}
+	if closing {
+		err = net.ErrClosed
 	}
 	if errors.Is(err, ErrProtocol) {
 		t.nc.Close() // the peer broke the protocol: the connection ends both ways
@@ -272,6 +287,10 @@ func (t *tcpConn) readLoop() {
 	close(t.streamQ)
 	close(t.msgs)
 	close(t.notes)
+	close(t.readerDone)
+	if closing {
+		io.Copy(io.Discard, t.nc)
+	}
 }
 
 // writeLoop writes queued frames, several per system call when they queue
@@ -596,9 +615,18 @@ func (t *tcpConn) shutdown() error {
 		if errors.As(t.werr, &ne) && ne.Timeout() {
 			err = &fallbackCloseTimeout{"data written before Close was not taken by the peer"}
 		}
+	} else {
+		// The end of stream follows the frames written (a second shutdown
+		// after CloseWrite's changes nothing), and the socket stays open
+		// until the peer's TCP acknowledged all of it: closing it with
+		// unread input resets the connection, which loses what is still
+		// in flight.
+		t.nc.CloseWrite()
+		err = t.waitAcked(deadline)
 	}
 	t.nc.Close() // ends readLoop
 	<-t.readerDone
+	<-t.drained
 	// What nobody received goes back to the pool.
 	for b := range t.streamQ {
 		b.Release()
@@ -613,6 +641,27 @@ func (t *tcpConn) shutdown() error {
 	}
 	t.readMu.Unlock()
 	return err
+}
+
+// waitAcked waits until nothing this side sent awaits the peer's
+// acknowledgement (its end of stream included), or the connection is gone,
+// or deadline passes: then it returns a timeout. Where the system does not
+// say (tcpSendSettled's known is false) it returns nil at once, and Close
+// delivers to the socket, as a net.TCPConn's does.
+func (t *tcpConn) waitAcked(deadline time.Time) error {
+	wait := 50 * time.Microsecond
+	for {
+		settled, known := tcpSendSettled(t.nc)
+		if settled || !known {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return &fallbackCloseTimeout{"data written before Close was not acknowledged by the peer"}
+		}
+		time.Sleep(min(wait, left))
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 func (t *tcpConn) checkOpen(op string) error {

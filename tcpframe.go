@@ -17,7 +17,8 @@ package rdma
 //
 // A reject (kind 1) has zero limits and is followed by a 2-byte reason
 // length (at most maxRejectReason) and the reason in UTF-8; the listener
-// closes the connection after it.
+// closes the connection after it. The dialer replaces invalid UTF-8 and
+// characters that are not printable in the reason with '?'.
 //
 // Frames (5-byte header, then the payload):
 //
@@ -36,6 +37,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
+
+	"github.com/verbline/rdma/internal/wire"
 )
 
 const (
@@ -74,7 +78,11 @@ func (h *tcpHello) appendTo(b []byte) []byte {
 	if h.Reject {
 		r := h.Reason
 		if len(r) > maxRejectReason {
-			r = r[:maxRejectReason]
+			n := maxRejectReason // cut on a character's start
+			for i := 0; i < utf8.UTFMax-1 && n > 0 && !utf8.RuneStart(r[n]); i++ {
+				n--
+			}
+			r = r[:n]
 		}
 		b = binary.BigEndian.AppendUint16(b, uint16(len(r)))
 		b = append(b, r...)
@@ -126,7 +134,7 @@ func readTCPHello(r io.Reader) (tcpHello, error) {
 		if _, err := io.ReadFull(r, reason); err != nil {
 			return h, fmt.Errorf("%w: listener refused the connection (its reason was cut off: %w)", ErrHandshake, err)
 		}
-		h.Reason = string(reason)
+		h.Reason = wire.Sanitize(reason) // the peer's text: safe to log, as an RDMA reject's
 	default:
 		return h, fmt.Errorf("%w: unknown hello kind %d from the TCP peer", ErrHandshake, b[6])
 	}

@@ -365,13 +365,14 @@ func ParseReject(b []byte) (Reject, error) {
 	if rest := len(b) - rejectHeaderLen; n > rest {
 		return Reject{}, errorf(ErrMalformed, "reject reason length %d beyond the %d bytes present", n, rest)
 	}
-	return Reject{Code: RejectCode(b[4]), Version: b[5], Reason: sanitize(b[rejectHeaderLen : rejectHeaderLen+n])}, nil
+	return Reject{Code: RejectCode(b[4]), Version: b[5], Reason: Sanitize(b[rejectHeaderLen : rejectHeaderLen+n])}, nil
 }
 
-// sanitize replaces invalid UTF-8 bytes and non-printable runes (control,
-// format such as bidi overrides, non-ASCII spaces) with '?'. The result is
-// never longer than p.
-func sanitize(p []byte) string {
+// Sanitize replaces invalid UTF-8 bytes and non-printable runes (control,
+// format such as bidi overrides, non-ASCII spaces) with '?', so that text
+// a peer chose (a reject's reason) is safe to log. The result is never
+// longer than p.
+func Sanitize(p []byte) string {
 	out := make([]byte, 0, len(p))
 	for len(p) > 0 {
 		r, size := utf8.DecodeRune(p)
