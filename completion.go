@@ -107,8 +107,11 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 	if (kind == wire.KindKeepalive || kind == wire.KindCredit) && c.features&wire.FeatureControlReserve != 0 {
 		// A credit update or probe, in a receive kept for them beyond the
 		// credits: repost that without granting a credit (the credits it
-		// carries count).
-		c.credits += int(credits)
+		// carries count). Spending no credit, each kind has an allowance
+		// of its own.
+		if !c.controlAllowedLocked(kind, credits) || !c.creditsInLocked(credits) {
+			return
+		}
 		c.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 		return
@@ -121,10 +124,9 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 		return
 	}
-	if !c.peerSpentLocked() {
+	if !c.peerSpentLocked() || !c.creditsInLocked(credits) {
 		return
 	}
-	c.credits += int(credits)
 	switch {
 	case kind == wire.KindData && wc.ByteLen > 0 && !c.eof:
 		tail := (c.rqHead + c.rqLen) % len(c.rq)

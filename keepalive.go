@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"fmt"
 	"syscall"
 	"time"
 
@@ -31,12 +32,44 @@ import (
 // whose completion handler has not reposted the first one yet.
 const ctlRecvReserve = 2
 
+// minProbeInterval is the shortest interval between two probes: a
+// Config.KeepAlive below it probes at this interval. It is also the rate a
+// peer's probes are held to (controlAllowedLocked).
+const minProbeInterval = 10 * time.Millisecond
+
 // keepaliveState is the keepalive's state, guarded by Conn.mu.
 type keepaliveState struct {
-	kaTimer   *time.Timer // nil when keepalive is off for this connection
-	lastHeard time.Time   // the last receive completion (anything from the peer)
-	ctlOut    bool        // a credit update or probe that spends no credit is posted and not completed
-	probes    uint64      // probes sent
+	kaTimer    *time.Timer   // nil when keepalive is off for this connection
+	kaEvery    time.Duration // the probe interval: Config.KeepAlive, at least minProbeInterval
+	lastHeard  time.Time     // the last receive completion (anything from the peer)
+	ctlOut     bool          // a credit update or probe that spends no credit is posted and not completed
+	probes     uint64        // probes sent
+	peerProbes probeBudget   // the peer's probes
+}
+
+// probeBudget holds a peer's probes to one every minProbeInterval, after
+// a burst: a token bucket.
+type probeBudget struct {
+	left int       // probes that may arrive now
+	at   time.Time // when left last grew (zero before the first probe)
+}
+
+// take counts a probe arriving at now and reports whether it is within the
+// budget, which starts at burst and grows by one every minProbeInterval,
+// up to burst.
+func (b *probeBudget) take(now time.Time, burst int) bool {
+	if b.at.IsZero() {
+		b.left, b.at = burst, now
+	}
+	if n := int64(now.Sub(b.at) / minProbeInterval); n > 0 {
+		b.left = int(min(int64(burst), int64(b.left)+n))
+		b.at = b.at.Add(time.Duration(n) * minProbeInterval)
+	}
+	if b.left <= 0 {
+		return false
+	}
+	b.left--
+	return true
 }
 
 // startKeepalive arms the keepalive timer if both sides negotiated the
@@ -47,7 +80,8 @@ func (c *Conn) startKeepalive() {
 	}
 	c.mu.Lock()
 	c.lastHeard = time.Now()
-	c.kaTimer = time.AfterFunc(c.cfg.KeepAlive, c.keepaliveTick)
+	c.kaEvery = max(c.cfg.KeepAlive, minProbeInterval)
+	c.kaTimer = time.AfterFunc(c.kaEvery, c.keepaliveTick)
 	c.mu.Unlock()
 }
 
@@ -70,7 +104,7 @@ func (c *Conn) keepaliveTick() {
 	// completion (asyncForceLocked); one that nobody asks for by calling
 	// in waits no longer than this.
 	c.flushAsyncLocked()
-	next := c.cfg.KeepAlive - time.Since(c.lastHeard)
+	next := c.kaEvery - time.Since(c.lastHeard)
 	if next <= 0 {
 		// Skipped while a credit update is in flight: its
 		// acknowledgement, or its failure, says as much. Pending credits
@@ -78,9 +112,44 @@ func (c *Conn) keepaliveTick() {
 		if !c.ctlOut && c.sendCtlLocked(wire.KindKeepalive) {
 			c.probes++
 		}
-		next = c.cfg.KeepAlive
+		next = c.kaEvery
 	}
 	c.kaTimer.Reset(next)
+}
+
+// controlAllowedLocked checks a credit update or probe that spent no
+// credit (the peer has the control reserve) against its allowance, and
+// fails the connection (false) beyond it. Credits bound neither, so each
+// kind has a rule of its own, which a peer following the protocol never
+// breaks:
+//
+//   - A credit update returns at least one credit (a peer sends one only
+//     with credits pending), and what the peer returns never takes this
+//     side's credits above the largest window (creditsInLocked): the
+//     updates are at most as many as the messages this side sends plus
+//     the growth of the peer's window.
+//   - Probes come at most every minProbeInterval (the sender's shortest
+//     keepalive interval, timed by its clock from its previous probe),
+//     with a burst allowance of as many as this side has receives plus
+//     two (the dialer's first probe, and rounding): a poller that was held
+//     up finds at once every probe that arrived meanwhile, and those
+//     cannot be more than the receives posted (a probe that finds none is
+//     refused with an RNR NAK and its sender sends no other until it
+//     completes).
+func (c *Conn) controlAllowedLocked(kind wire.Kind, credits uint32) bool {
+	if kind == wire.KindCredit {
+		if credits == 0 {
+			c.failLocked(fmt.Errorf("%w: peer sent a credit update that returns no credit", ErrProtocol))
+			return false
+		}
+		return true
+	}
+	if burst := len(c.ep.recv) + 2; !c.peerProbes.take(time.Now(), burst) {
+		c.failLocked(fmt.Errorf("%w: peer sent keepalive probes more often than one every %v (after a burst of %d)",
+			ErrProtocol, minProbeInterval, burst))
+		return false
+	}
+	return true
 }
 
 // transportTimeout is the error of a connection whose peer's NIC stopped

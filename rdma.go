@@ -279,7 +279,8 @@ type Config struct {
 	// and later calls fail with an error wrapping syscall.ETIMEDOUT
 	// ("connection timed out"), as TCP's keepalive does. Probes need a peer
 	// of protocol 1.2 or later (its control-reserve feature); with an
-	// older one none is sent.
+	// older one none is sent. A value below 10 ms probes every 10 ms, the
+	// shortest interval the protocol allows.
 	KeepAlive time.Duration
 	// The RC transport settings below (AckTimeout to TrafficClass) are
 	// each side's own: Dial's Config sets the dialer's QP, the

@@ -43,10 +43,18 @@ import (
 // peer holds (granted in the Hello and with every returned credit, spent by
 // each credit-using message that arrives). A message beyond them, which
 // lands in a receive posted for something else, is a protocol violation.
+// In the other direction, the credits this side holds never exceed the
+// peer's window, and no window exceeds maxWindow: a peer that grants more
+// would have this side send into receives it never posted, so the grant
+// itself ends the connection (creditsInLocked).
 
 const (
 	initialCredits     = 4 // the receive window a connection starts with
 	initialSendBuffers = 1 // the send ring a connection starts with
+	// maxWindow is the largest receive window a side may grant: the most
+	// the Hello's credits field holds. The window stops growing there
+	// whatever Config.RecvBuffers says.
+	maxWindow = 1<<16 - 1
 )
 
 // initialWindow is the credits a connection announces in its Hello.
@@ -88,6 +96,18 @@ func (c *Conn) grantedLocked() {
 	c.pending = 0
 }
 
+// creditsInLocked adds n credits the peer returned; credits beyond the
+// largest window a peer may have fail the connection (false).
+func (c *Conn) creditsInLocked(n uint32) bool {
+	c.credits += int(n)
+	if c.credits > maxWindow {
+		c.failLocked(fmt.Errorf("%w: peer granted credits for %d receives; no receive window exceeds %d",
+			ErrProtocol, c.credits, maxWindow))
+		return false
+	}
+	return true
+}
+
 // peerSpentLocked counts a credit-using message from the peer; one beyond
 // its credits fails the connection (false).
 func (c *Conn) peerSpentLocked() bool {
@@ -107,7 +127,8 @@ func (c *Conn) peerSpentLocked() bool {
 // reader, holds the peer back (see above). Called with c.mu held, right
 // after reposting.
 func (c *Conn) maybeGrowWindowLocked() {
-	if !c.peerStarved || c.window >= c.cfg.RecvBuffers || c.qpDown {
+	limit := min(c.cfg.RecvBuffers, maxWindow)
+	if !c.peerStarved || c.window >= limit || c.qpDown {
 		return
 	}
 	// What arrived and the application has not taken yet (received
@@ -115,7 +136,7 @@ func (c *Conn) maybeGrowWindowLocked() {
 	if unread := c.rqLen + c.mq.queued() + c.nq.queued() + c.inLen; unread > max(1, c.window/4) {
 		return // the application is behind: a larger window would only pin more
 	}
-	n := c.addRecvsLocked(min(c.window, c.cfg.RecvBuffers-c.window))
+	n := c.addRecvsLocked(min(c.window, limit-c.window))
 	if n == 0 {
 		return // still starved: tried again once the pool has grown
 	}
