@@ -243,7 +243,8 @@ func sockErr(err error) error {
 // input, which makes the kernel reset the connection when it is closed.
 func (t *tcpConn) readLoop() {
 	defer close(t.drained)
-	var hdr [frameHeaderLen]byte
+	fr := frameReader{c: t.nc, lim: t.lim, stall: t.cfg.HandshakeTimeout,
+		get: func(n int) (buffer.Buf, error) { return t.pool.GetWait(t.ctx, n) }}
 	var err error
 	closing := false
 	for err == nil {
@@ -251,19 +252,10 @@ func (t *tcpConn) readLoop() {
 			break
 		}
 		var typ byte
-		var n int
-		typ, n, err = readFrameHeader(t.nc, &hdr, t.lim)
+		var b buffer.Buf
+		typ, b, err = fr.next()
 		if err != nil {
-			break
-		}
-		b, gerr := t.pool.GetWait(t.ctx, n)
-		if gerr != nil {
-			err = gerr
 			closing = isClosedChan(t.closing)
-			break
-		}
-		if err = readFramePayload(t.nc, b.Bytes()); err != nil {
-			b.Release()
 			break
 		}
 		q := t.streamQ
@@ -289,6 +281,7 @@ func (t *tcpConn) readLoop() {
 	close(t.notes)
 	close(t.readerDone)
 	if closing {
+		t.nc.SetReadDeadline(time.Time{}) // a frame's deadline does not bound the drain
 		io.Copy(io.Discard, t.nc)
 	}
 }

@@ -29,16 +29,21 @@ package rdma
 //
 // The end of the stream and of the messages is TCP's own (the sender's
 // CloseWrite or Close: a FIN after its last frame); a connection that ends
-// inside a frame, an unknown type or a length above the receiver's limit
-// is a protocol error, and the receiver closes the connection.
+// inside a frame, a sender that pauses inside a frame for longer than the
+// receiver's Config.HandshakeTimeout, an unknown type or a length above
+// the receiver's limit is a protocol error, and the receiver closes the
+// connection.
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"time"
 	"unicode/utf8"
 
+	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/wire"
 )
 
@@ -194,4 +199,121 @@ func readFramePayload(r io.Reader, p []byte) error {
 		return err
 	}
 	return nil
+}
+
+// frameCommitFirst is the most a frame's header alone makes the reader
+// take from the pool: a larger payload's buffer grows as its bytes arrive
+// (frameReader.next).
+const frameCommitFirst = 64 << 10
+
+// frameConn is what frameReader reads from: a connection with a read
+// deadline (a *net.TCPConn).
+type frameConn interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
+// frameReader reads frames from a connection, with two bounds on what a
+// peer can make this side hold:
+//
+//   - Memory follows the payload: a frame's buffer starts at
+//     frameCommitFirst bytes at most and is replaced by one four times as
+//     large (the pool's next size class) each time the payload received
+//     fills it, so a frame holds at most four times what arrived of it
+//     (and frameCommitFirst for its header alone).
+//   - Time: once a frame's first byte has arrived, each read until its end
+//     must bring bytes within stall; a peer that pauses longer inside a
+//     frame is in violation (ErrProtocol, matching os.ErrDeadlineExceeded).
+//     Between frames there is no bound (keepalive watches an idle peer).
+type frameReader struct {
+	c     frameConn
+	lim   frameLimits
+	stall time.Duration
+	get   func(n int) (buffer.Buf, error) // a buffer of n bytes, waiting for room
+	armed bool                            // a read deadline is set
+	hdr   [frameHeaderLen]byte
+}
+
+// arm sets the read deadline stall from now.
+func (fr *frameReader) arm() {
+	fr.c.SetReadDeadline(time.Now().Add(fr.stall))
+	fr.armed = true
+}
+
+// stalled is the error of a peer that paused inside a frame of n bytes
+// after got of them (n < 0: inside its header).
+func (fr *frameReader) stalled(n, got int) error {
+	what := "a frame header"
+	if n >= 0 {
+		what = fmt.Sprintf("a %d-byte frame after %d bytes of it", n, got)
+	}
+	return fmt.Errorf("%w: the peer stopped sending inside %s for %v (Config.HandshakeTimeout): %w",
+		ErrProtocol, what, fr.stall, os.ErrDeadlineExceeded)
+}
+
+// next reads the next frame: its type and its payload in a buffer from
+// get, the caller's to release. At a frame boundary the end of the
+// connection is io.EOF.
+func (fr *frameReader) next() (typ byte, b buffer.Buf, err error) {
+	// The header's first bytes, without deadline (a deadline left armed by
+	// the frame before is dropped when it passes with nothing read).
+	got := 0
+	for got == 0 {
+		got, err = fr.c.Read(fr.hdr[:])
+		if got == 0 && err != nil {
+			if fr.armed && errors.Is(err, os.ErrDeadlineExceeded) {
+				fr.c.SetReadDeadline(time.Time{})
+				fr.armed = false
+				continue
+			}
+			return 0, buffer.Buf{}, err
+		}
+	}
+	if got < frameHeaderLen {
+		fr.arm()
+		if _, err := io.ReadFull(fr.c, fr.hdr[got:]); err != nil {
+			switch {
+			case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+				err = fmt.Errorf("%w: the connection ended inside a frame header", ErrProtocol)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				err = fr.stalled(-1, 0)
+			}
+			return 0, buffer.Buf{}, err
+		}
+	}
+	typ, n, err := parseFrameHeader(&fr.hdr, fr.lim)
+	if err != nil {
+		return typ, buffer.Buf{}, err
+	}
+	b, err = fr.get(min(n, frameCommitFirst))
+	if err != nil {
+		return typ, buffer.Buf{}, err
+	}
+	got = 0
+	for got < n {
+		if got == b.Len() { // full: move to a buffer four times as large
+			nb, err := fr.get(min(n, 4*got))
+			if err != nil {
+				b.Release()
+				return typ, buffer.Buf{}, err
+			}
+			copy(nb.Bytes(), b.Bytes())
+			b.Release()
+			b = nb
+		}
+		fr.arm() // after get, which may have waited
+		k, err := fr.c.Read(b.Bytes()[got:])
+		got += k
+		if err != nil && got < n {
+			b.Release()
+			switch {
+			case err == io.EOF:
+				err = fmt.Errorf("%w: the connection ended inside a %d-byte frame", ErrProtocol, n)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				err = fr.stalled(n, got)
+			}
+			return typ, buffer.Buf{}, err
+		}
+	}
+	return typ, b, nil
 }
