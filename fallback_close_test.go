@@ -21,15 +21,6 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
-// pattern returns n bytes of a pattern that shows a lost or moved byte.
-func pattern(n, seed int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte((i + seed) % 251)
-	}
-	return b
-}
-
 // A side with input it never read writes 6 MiB and closes: Close returns
 // nil and the peer reads every byte, then io.EOF (not a reset, not a
 // connection ending inside a frame).

@@ -318,3 +318,12 @@ func TestFallbackLargeMessagesGrow(t *testing.T) {
 	ln.Close()
 	checkFallbackClean(t, g0)
 }
+
+// pattern returns n bytes of a pattern that shows a lost or moved byte.
+func pattern(n, seed int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte((i + seed) % 251)
+	}
+	return b
+}
