@@ -95,55 +95,130 @@ func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
 		c.deliverNotificationLocked(idx, wc)
 		return
 	}
-	if !wc.HasImm() {
-		c.failLocked(fmt.Errorf("%w: peer sent a message without a header", ErrProtocol))
+	credits, act := c.admitRecvLocked(wc)
+	switch act {
+	case rxFailed:
 		return
-	}
-	kind, credits, err := wire.DecodeImm(wc.Imm)
-	if err != nil {
-		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err))
-		return
-	}
-	if (kind == wire.KindKeepalive || kind == wire.KindCredit) && c.features&wire.FeatureControlReserve != 0 {
+	case rxControl:
 		// A credit update or probe, in a receive kept for them beyond the
-		// credits: repost that without granting a credit (the credits it
-		// carries count). Spending no credit, each kind has an allowance
-		// of its own.
-		if !c.controlAllowedLocked(kind, credits) || !c.creditsInLocked(credits) {
-			return
-		}
+		// credits: repost that without granting a credit.
 		c.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 		return
-	}
-	if kind == wire.KindRendezvousDone {
+	case rxRendezvousDone:
 		// It came in a receive kept for it beyond the credits: repost that
 		// without granting a credit.
 		c.rendezvousDoneLocked(credits)
 		c.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 		return
-	}
-	if !c.peerSpentLocked() || !c.creditsInLocked(credits) {
-		return
-	}
-	switch {
-	case kind == wire.KindData && wc.ByteLen > 0 && !c.eof:
+	case rxData:
 		tail := (c.rqHead + c.rqLen) % len(c.rq)
 		c.rq[tail] = rxMsg{buf: idx, n: int(wc.ByteLen)}
 		c.rqLen++
 		return
-	case kind == wire.KindMessage && !c.eof && !c.msgsClosed:
+	case rxMessage:
 		c.deliverMessageLocked(idx, int(wc.ByteLen))
 		return
-	case kind == wire.KindRendezvous && !c.eof && !c.msgsClosed:
+	case rxRendezvous:
 		c.rendezvousInLocked(idx, int(wc.ByteLen))
 		return
-	case kind == wire.KindFIN:
+	case rxFIN:
 		c.eof = true
 	}
 	// Control messages carry no bytes to hold: repost at once.
 	c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
+}
+
+// rxAction is what a received send asks of the connection (recvLocked).
+type rxAction uint8
+
+const (
+	rxFailed         rxAction = iota // malformed or beyond an allowance: the connection failed with ErrProtocol
+	rxControl                        // a credit update or probe in the control reserve: repost, no credit spent
+	rxRendezvousDone                 // the peer read a large message: its id is in the credits field
+	rxData                           // stream bytes: queue the receive buffer
+	rxMessage                        // a message: deliver the receive buffer
+	rxRendezvous                     // a large message's announcement: read it
+	rxFIN                            // the peer sends no more: repost
+	// rxRepost: it spent a credit and carries nothing to hold (a credit
+	// update or probe without the control reserve, empty data, anything
+	// after the end): repost.
+	rxRepost
+)
+
+// rxView is the part of a connection's state classifyRecv reads.
+type rxView struct {
+	controlReserve bool // FeatureControlReserve was negotiated
+	eof            bool // the peer's FIN arrived
+	msgsClosed     bool // messages end (a failure, or the end reached)
+	room           int  // the receive buffers' posted length
+}
+
+// classifyRecv is the decision of recvLocked for a successful receive
+// completion of a send (not an RDMA write with immediate), as a pure
+// function: from the completion's immediate (hasImm, imm), its length and
+// the connection's view, the message's kind, the credits it returns (a
+// rendezvous done's id) and what it asks. A malformed completion (no
+// immediate, an unknown kind, more bytes than a receive holds) yields
+// rxFailed and an error matching ErrProtocol. It does not check credits
+// and allowances (admitRecvLocked does).
+func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32, rxAction, error) {
+	if !hasImm {
+		return 0, 0, rxFailed, fmt.Errorf("%w: peer sent a message without a header", ErrProtocol)
+	}
+	kind, credits, err := wire.DecodeImm(imm)
+	if err != nil {
+		return 0, 0, rxFailed, fmt.Errorf("%w: %v", ErrProtocol, err)
+	}
+	if int64(byteLen) > int64(v.room) {
+		// No device completes a receive with more than it posted.
+		return 0, 0, rxFailed, fmt.Errorf("%w: peer sent %d bytes into a %d-byte receive", ErrProtocol, byteLen, v.room)
+	}
+	switch {
+	case (kind == wire.KindKeepalive || kind == wire.KindCredit) && v.controlReserve:
+		return kind, credits, rxControl, nil
+	case kind == wire.KindRendezvousDone:
+		return kind, credits, rxRendezvousDone, nil
+	case kind == wire.KindData && byteLen > 0 && !v.eof:
+		return kind, credits, rxData, nil
+	case kind == wire.KindMessage && !v.eof && !v.msgsClosed:
+		return kind, credits, rxMessage, nil
+	case kind == wire.KindRendezvous && !v.eof && !v.msgsClosed:
+		return kind, credits, rxRendezvous, nil
+	case kind == wire.KindFIN:
+		return kind, credits, rxFIN, nil
+	}
+	return kind, credits, rxRepost, nil
+}
+
+// admitRecvLocked classifies a successful receive completion of a send
+// (classifyRecv) and applies its credits: a credit update or probe in the
+// control reserve is checked against its allowance; every other kind but
+// rendezvous done spends one of the peer's credits. The credits it returns
+// count (creditsInLocked). It returns the credits field (a rendezvous
+// done's id) and the action; rxFailed: the connection failed (ErrProtocol).
+func (c *Conn) admitRecvLocked(wc *verbs.WC) (uint32, rxAction) {
+	kind, credits, act, err := classifyRecv(wc.HasImm(), wc.Imm, wc.ByteLen, rxView{
+		controlReserve: c.features&wire.FeatureControlReserve != 0,
+		eof:            c.eof, msgsClosed: c.msgsClosed, room: c.ep.bufSize})
+	switch act {
+	case rxFailed:
+		c.failLocked(err)
+		return credits, rxFailed
+	case rxControl:
+		// Spending no credit, each kind has an allowance of its own.
+		if !c.controlAllowedLocked(kind, credits) || !c.creditsInLocked(credits) {
+			return credits, rxFailed
+		}
+		return credits, act
+	case rxRendezvousDone:
+		return credits, act
+	}
+	if !c.peerSpentLocked() || !c.creditsInLocked(credits) {
+		return credits, rxFailed
+	}
+	return credits, act
 }
 
 func (c *Conn) recvFailedLocked(wc *verbs.WC) {

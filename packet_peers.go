@@ -8,24 +8,47 @@ import (
 )
 
 // peerCache maps destination addresses to what a PacketConn needs to send
-// to them (an address handle, a QP number), bounded: past max entries the
-// least recently used one is evicted and handed to onEvict. It is not safe
-// for concurrent use (the PacketConn's mutex guards it). Pure Go, so its
-// tests run anywhere.
+// to them (an address handle, a QP number), bounded at max entries. It
+// keeps two kinds: entries this side's own address resolution found (put)
+// and entries learnt from a received datagram (putLearned). Learnt entries
+// are at most max/2 (at least one) and evict only each other: a flood of
+// datagrams from new sources churns the learnt half and never evicts an
+// entry this side resolved. A put beyond max evicts the least recently
+// used entry of either kind. Evicted entries are handed to onEvict. It is
+// not safe for concurrent use (the PacketConn's mutex guards it). Pure Go,
+// so its tests run anywhere.
 type peerCache[V any] struct {
-	max     int
-	m       map[netip.AddrPort]*list.Element
-	order   list.List // of *peerItem[V]; front: most recently used
-	onEvict func(netip.AddrPort, V)
+	max, maxLearned int
+	m               map[netip.AddrPort]*list.Element
+	own, learned    list.List // of *peerItem[V]; front: most recently used
+	clock           uint64    // stamps uses, to compare the two lists' ends
+	onEvict         func(netip.AddrPort, V)
 }
 
 type peerItem[V any] struct {
-	key netip.AddrPort
-	val V
+	key     netip.AddrPort
+	val     V
+	learned bool
+	used    uint64
 }
 
-func newPeerCache[V any](max int, onEvict func(netip.AddrPort, V)) *peerCache[V] {
-	return &peerCache[V]{max: max, m: make(map[netip.AddrPort]*list.Element), onEvict: onEvict}
+func newPeerCache[V any](n int, onEvict func(netip.AddrPort, V)) *peerCache[V] {
+	return &peerCache[V]{max: n, maxLearned: max(1, n/2),
+		m: make(map[netip.AddrPort]*list.Element), onEvict: onEvict}
+}
+
+func (c *peerCache[V]) listOf(it *peerItem[V]) *list.List {
+	if it.learned {
+		return &c.learned
+	}
+	return &c.own
+}
+
+func (c *peerCache[V]) touch(e *list.Element) {
+	it := e.Value.(*peerItem[V])
+	c.clock++
+	it.used = c.clock
+	c.listOf(it).MoveToFront(e)
 }
 
 // get returns the value for k and marks it most recently used.
@@ -35,44 +58,85 @@ func (c *peerCache[V]) get(k netip.AddrPort) (V, bool) {
 		var zero V
 		return zero, false
 	}
-	c.order.MoveToFront(e)
+	c.touch(e)
 	return e.Value.(*peerItem[V]).val, true
 }
 
-// put sets k's value (most recently used); a value it replaces is not
-// passed to onEvict (the caller has it). It evicts the least recently
-// used entries beyond max.
+func (c *peerCache[V]) push(k netip.AddrPort, v V, learned bool) {
+	c.clock++
+	it := &peerItem[V]{key: k, val: v, learned: learned, used: c.clock}
+	c.m[k] = c.listOf(it).PushFront(it)
+}
+
+func (c *peerCache[V]) evict(e *list.Element) {
+	it := e.Value.(*peerItem[V])
+	c.listOf(it).Remove(e)
+	delete(c.m, it.key)
+	if c.onEvict != nil {
+		c.onEvict(it.key, it.val)
+	}
+}
+
+// put sets k's value (most recently used) as one this side resolved; a
+// value it replaces is not passed to onEvict (the caller has it). It
+// evicts the least recently used entries beyond max.
 func (c *peerCache[V]) put(k netip.AddrPort, v V) {
 	if e, ok := c.m[k]; ok {
-		e.Value.(*peerItem[V]).val = v
-		c.order.MoveToFront(e)
-		return
+		it := e.Value.(*peerItem[V])
+		c.listOf(it).Remove(e)
+		delete(c.m, k)
 	}
-	c.m[k] = c.order.PushFront(&peerItem[V]{k, v})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		it := last.Value.(*peerItem[V])
-		c.order.Remove(last)
-		delete(c.m, it.key)
-		if c.onEvict != nil {
-			c.onEvict(it.key, it.val)
+	c.push(k, v, false)
+	for c.len() > c.max {
+		victim := c.own.Back()
+		if l := c.learned.Back(); l != nil && (victim == nil ||
+			l.Value.(*peerItem[V]).used < victim.Value.(*peerItem[V]).used) {
+			victim = l
 		}
+		c.evict(victim)
 	}
+}
+
+// putLearned caches v for k, an address not cached, as learnt from a
+// datagram (most recently used). To make room it evicts the least
+// recently used learnt entry, never one this side resolved: when the
+// cache is full of those, it caches nothing and returns false.
+func (c *peerCache[V]) putLearned(k netip.AddrPort, v V) bool {
+	if _, ok := c.m[k]; ok {
+		return false
+	}
+	for c.learned.Len() > 0 && (c.learned.Len() >= c.maxLearned || c.len() >= c.max) {
+		c.evict(c.learned.Back())
+	}
+	if c.learned.Len() >= c.maxLearned || c.len() >= c.max {
+		return false
+	}
+	c.push(k, v, true)
+	return true
 }
 
 // remove drops k without calling onEvict.
 func (c *peerCache[V]) remove(k netip.AddrPort) {
 	if e, ok := c.m[k]; ok {
-		c.order.Remove(e)
+		c.listOf(e.Value.(*peerItem[V])).Remove(e)
 		delete(c.m, k)
 	}
 }
 
-func (c *peerCache[V]) len() int { return c.order.Len() }
+func (c *peerCache[V]) len() int { return c.own.Len() + c.learned.Len() }
+
+func (c *peerCache[V]) lenLearned() int { return c.learned.Len() }
 
 // each calls f for every entry, most recently used first.
 func (c *peerCache[V]) each(f func(netip.AddrPort, V)) {
-	for e := c.order.Front(); e != nil; e = e.Next() {
+	a, b := c.own.Front(), c.learned.Front()
+	for a != nil || b != nil {
+		e := a
+		if a == nil || (b != nil && b.Value.(*peerItem[V]).used > a.Value.(*peerItem[V]).used) {
+			e, b = b, b.Next()
+		} else {
+			a = a.Next()
+		}
 		it := e.Value.(*peerItem[V])
 		f(it.key, it.val)
 	}

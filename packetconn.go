@@ -38,7 +38,9 @@ import (
 // Q_Key); the result, an address handle, is cached (1024 destinations, the
 // least recently used evicted first) and resolved again after 30 s without
 // news of the peer, so a peer that restarted on the same port is found
-// again. A write to an address where nothing listens fails with
+// again. A received datagram changes only what it proves about its sender
+// (see heardLocked): it never evicts or rewrites a destination this side
+// resolved. A write to an address where nothing listens fails with
 // syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
 // sender's address (docs/datagram-protocol.md), which ReadFrom returns:
 // WriteTo answers it without a resolution on RoCE, where the network
@@ -48,34 +50,35 @@ import (
 // Messages or Recv, whose Datagram holds the receive buffer the NIC wrote.
 type PacketConn struct {
 	// Immutable after listenPacket.
-	cfg         Config
-	laddr       *Addr
-	ap          netip.AddrPort
-	ch          *rdmacm.UDChannel
-	id          *rdmacm.ID // bound in the UDP port space; answers address resolutions
-	dev         *device
-	poller      *poller.Poller
-	token       uint64
-	entries     int
-	qp          *verbs.QP
-	lim         verbs.PortLimits
-	portNum     uint8
-	ethernet    bool        // RoCE: a datagram's GRH gives the way back to its sender
-	gids        []verbs.GID // the port's GID table, to answer from the GID a datagram came to
-	qkey        uint32
-	maxPayload  int // largest payload sent and received
-	maxInline   int
-	nRecv       int
-	nSend       int
-	repostBatch int                 // receives posted together (maybeRepostLocked)
-	hdr         wire.DatagramHeader // put in front of every datagram
-	hdrBytes    []byte              // hdr encoded: the private data of our SIDR answers
-	replyBySIDR bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
-	maxPeers    int                 // udMaxPeers when made
-	ttlTicks    int64               // udPeerTTL when made, in coarseclock ticks
-	clock       bool                // holds a coarseclock reference
-	closing     chan struct{}       // closed by Close
-	eventsDone  chan struct{}       // closed when eventLoop exits
+	cfg          Config
+	laddr        *Addr
+	ap           netip.AddrPort
+	ch           *rdmacm.UDChannel
+	id           *rdmacm.ID // bound in the UDP port space; answers address resolutions
+	dev          *device
+	poller       *poller.Poller
+	token        uint64
+	entries      int
+	qp           *verbs.QP
+	lim          verbs.PortLimits
+	portNum      uint8
+	ethernet     bool        // RoCE: a datagram's GRH gives the way back to its sender
+	gids         []verbs.GID // the port's GID table, to answer from the GID a datagram came to
+	qkey         uint32
+	maxPayload   int // largest payload sent and received
+	maxInline    int
+	nRecv        int
+	nSend        int
+	repostBatch  int                 // receives posted together (maybeRepostLocked)
+	hdr          wire.DatagramHeader // put in front of every datagram
+	hdrBytes     []byte              // hdr encoded: the private data of our SIDR answers
+	replyBySIDR  bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
+	maxPeers     int                 // udMaxPeers when made
+	ttlTicks     int64               // udPeerTTL when made, in coarseclock ticks
+	recheckTicks int64               // udRecheck when made, in coarseclock ticks
+	clock        bool                // holds a coarseclock reference
+	closing      chan struct{}       // closed by Close
+	eventsDone   chan struct{}       // closed when eventLoop exits
 
 	// Synchronized by themselves.
 	rdDeadline, wrDeadline deadline
@@ -137,19 +140,26 @@ var (
 	// long is resolved again (in the background, while sends go on to the
 	// address known) at its next send.
 	udPeerTTL = 30 * time.Second
+	// udRecheck: after a datagram contradicted a destination (see
+	// heardLocked) and made a send resolve it again, another contradiction
+	// takes effect no sooner than this.
+	udRecheck = time.Second
 )
 
 // udPeer is one destination: how to reach its QP.
 type udPeer struct {
 	addr       netip.AddrPort
 	ah         *verbs.AH    // nil until the first send for a peer learned from a datagram
-	attr       verbs.AHAttr // a learned peer's address vector (from its datagram's GRH)
+	attr       verbs.AHAttr // the address vector: the resolution's, or a learned peer's (from its datagram's GRH)
 	qpn, qkey  uint32
 	maxPayload int   // the largest payload the peer accepts
 	inflight   int   // sends through ah posted and not retired, and sends about to post
 	evicted    bool  // out of the cache: ah is destroyed when inflight reaches 0
 	news       int64 // coarseclock.Now() when it was last resolved or heard from
 	refreshing bool  // a resolution for it is running
+	resolved   bool  // found by this side's address resolution, not learned from a datagram
+	doubted    bool  // a datagram contradicted it: the next send resolves the address again
+	recheckAt  int64 // coarseclock tick before which a contradiction waits
 }
 
 // udSendEntry is a posted send, in posting order (the send queue completes
@@ -162,8 +172,9 @@ type udSendEntry struct {
 
 // udResolution is an address resolution other senders to the same address wait for.
 type udResolution struct {
-	done chan struct{}
-	err  error
+	done    chan struct{}
+	err     error
+	recheck bool // a datagram contradicted the entry cached for the address
 }
 
 // udRecvSlot takes back receive buffer idx when its user releases it.
@@ -197,17 +208,18 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	}
 	p := &PacketConn{
 		cfg: *cfg, ch: ch,
-		closing:     make(chan struct{}),
-		eventsDone:  make(chan struct{}),
-		rdDeadline:  makeDeadline(),
-		wrDeadline:  makeDeadline(),
-		resolving:   make(map[netip.AddrPort]*udResolution),
-		resolvers:   make(map[*rdmacm.ID]chan rdmacm.UDEvent),
-		wake:        make(chan struct{}),
-		sendWRs:     make([]verbs.UDSendWR, 1),
-		replyBySIDR: forceReplyBySIDR,
-		maxPeers:    udMaxPeers,
-		ttlTicks:    max(1, int64((udPeerTTL+coarseclock.Tick-1)/coarseclock.Tick)),
+		closing:      make(chan struct{}),
+		eventsDone:   make(chan struct{}),
+		rdDeadline:   makeDeadline(),
+		wrDeadline:   makeDeadline(),
+		resolving:    make(map[netip.AddrPort]*udResolution),
+		resolvers:    make(map[*rdmacm.ID]chan rdmacm.UDEvent),
+		wake:         make(chan struct{}),
+		sendWRs:      make([]verbs.UDSendWR, 1),
+		replyBySIDR:  forceReplyBySIDR,
+		maxPeers:     udMaxPeers,
+		ttlTicks:     max(1, int64((udPeerTTL+coarseclock.Tick-1)/coarseclock.Tick)),
+		recheckTicks: max(1, int64((udRecheck+coarseclock.Tick-1)/coarseclock.Tick)),
 	}
 	go p.eventLoop()
 	defer func() {
@@ -580,7 +592,7 @@ func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 	if n > p.maxPayload {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrDatagramTooLarge, n, p.maxPayload)
 	}
-	peer, err := p.peerFor(ctx, to) // holds a reservation on peer (inflight)
+	peer, err := p.peerFor(ctx, to, n) // holds a reservation on peer (inflight)
 	if err != nil {
 		return err
 	}
@@ -740,75 +752,116 @@ func (p *PacketConn) recvLocked(wc *verbs.WC, idx int) {
 	if p.msgsClosed {
 		return // the PacketConn failed: nothing more is delivered (teardown frees the buffer)
 	}
-	from, ok := p.parseLocked(wc, idx)
+	b := p.recv[idx]
+	from, ok := p.parseLocked(wc, p.recvHdr.Full()[idx*udHdrSlot:(idx+1)*udHdrSlot], b.Cap())
 	if !ok {
 		p.dropped.Add(1)
 		p.recvWRs = append(p.recvWRs, p.recvWR(idx))
 		return
 	}
-	b := p.recv[idx]
 	b.SetLen(int(wc.ByteLen) - udHdrSlot)
 	p.lent[idx] = true
 	p.nReceived.Add(1)
 	p.msgs <- Datagram{Buf: b, From: from}
 }
 
-// parseLocked reads who sent the datagram in receive idx, checks it
-// against the network's header, and learns the way back to the sender.
-func (p *PacketConn) parseLocked(wc *verbs.WC, idx int) (netip.AddrPort, bool) {
-	if wc.ByteLen < udHdrSlot {
-		return netip.AddrPort{}, false
+// parseDatagram checks a received datagram: slot is its receive's first
+// scatter/gather entry (the GRH, then the datagram header), byteLen the
+// completion's length (GRH included), room the payload buffer's size,
+// hasGRH whether the completion says a GRH came with it. It returns the datagram's header and, on RoCE
+// (ethernet), its GRH, the IP header the network delivered; false for a
+// datagram to drop: shorter than the header, longer than the buffers
+// posted (no device reports that), a malformed header, or on
+// RoCE no GRH or a GRH whose source is not the header's address (a sender
+// claiming another address than the one it sent from). On InfiniBand the
+// header's address is unproven (a GRH does not carry the sender's LID):
+// heardLocked trusts only the completion's source LID and QP number.
+func parseDatagram(slot []byte, byteLen uint32, room int, hasGRH, ethernet bool) (wire.DatagramHeader, wire.GRH, bool) {
+	if byteLen < udHdrSlot || int64(byteLen)-udHdrSlot > int64(room) || len(slot) < udHdrSlot {
+		return wire.DatagramHeader{}, wire.GRH{}, false
 	}
-	slot := p.recvHdr.Full()[idx*udHdrSlot : (idx+1)*udHdrSlot]
-	h, err := wire.ParseDatagramHeader(slot[wire.GRHLen:])
+	h, err := wire.ParseDatagramHeader(slot[wire.GRHLen:udHdrSlot])
 	if err != nil {
+		return wire.DatagramHeader{}, wire.GRH{}, false
+	}
+	if !ethernet {
+		return h, wire.GRH{}, true
+	}
+	if !hasGRH {
+		return wire.DatagramHeader{}, wire.GRH{}, false
+	}
+	g, err := wire.ParseGRH(slot[:wire.GRHLen])
+	if err != nil || g.SrcAddr() != h.Addr {
+		return wire.DatagramHeader{}, wire.GRH{}, false
+	}
+	return h, g, true
+}
+
+// parseLocked reads who sent the datagram whose GRH and header are in
+// slot, checks it (parseDatagram; room is the payload buffer's size), and
+// records what it proves about its sender (heardLocked).
+func (p *PacketConn) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.AddrPort, bool) {
+	h, g, ok := parseDatagram(slot, wc.ByteLen, room, wc.HasGRH(), p.ethernet)
+	if !ok {
 		return netip.AddrPort{}, false
 	}
 	from := h.AddrPort()
 	if !p.ethernet {
-		p.heardLocked(from, wc.SrcQP, int(h.MaxPayload), nil)
-		return from, true
+		p.heardLocked(from, wc.SrcQP, uint16(wc.SLID), int(h.MaxPayload), nil)
+	} else {
+		p.heardLocked(from, wc.SrcQP, 0, int(h.MaxPayload), &g)
 	}
-	// RoCE: the GRH is the IP header the network delivered. A sender
-	// claiming another address than the one it sent from is dropped.
-	if !wc.HasGRH() {
-		return netip.AddrPort{}, false
-	}
-	g, err := wire.ParseGRH(slot[:wire.GRHLen])
-	if err != nil || g.SrcAddr() != h.Addr {
-		return netip.AddrPort{}, false
-	}
-	p.heardLocked(from, wc.SrcQP, int(h.MaxPayload), &g)
 	return from, true
 }
 
-// heardLocked records a datagram from `from`: a cached peer is fresh again;
-// an unknown one, or one that changed its QP (restarted), is learned from
-// the GRH (RoCE), so the answer needs no address resolution.
-func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, maxPayload int, g *wire.GRH) {
-	e, ok := p.peers.get(from)
-	if ok && e.qpn == srcQP {
-		e.news = coarseclock.Now()
-		e.maxPayload = maxPayload
+// heardLocked records a datagram that says it comes from `from`, sent by
+// QP srcQP from source LID slid (InfiniBand) or with GRH g (RoCE, nil on
+// InfiniBand). A datagram changes only what it proves about its sender:
+//
+//   - The fabric proves the sending QP's number and, on InfiniBand, its
+//     port's LID; on RoCE the GRH proves the IP address (parseDatagram
+//     checked it against the header). Nothing proves the port in the
+//     header: any QP on the same host (RoCE) or anywhere (InfiniBand) can
+//     claim any port.
+//   - A datagram matching a cached entry (its QP number, and on
+//     InfiniBand its LID) says that the peer is still there: an entry this
+//     side resolved is fresh again (no background resolution for another
+//     TTL). Nothing else changes: a PacketConn's max payload is fixed for
+//     its QP's lifetime, and the one cached came with the entry.
+//   - A datagram contradicting a cached entry (another QP, or another LID)
+//     neither evicts nor rewrites it: it marks it doubted, and the next
+//     send to that address resolves it again before it goes, at most once
+//     per udRecheck after such a resolution. A peer that restarted on the
+//     same port is found so; a forger makes the sender resolve, no more.
+//   - A datagram from an address not cached teaches the way back (RoCE
+//     only; on InfiniBand an answer resolves the address): a learnt entry,
+//     whose max payload is the datagram's (at most ours), which is
+//     resolved in the background one TTL after it was learnt whatever
+//     datagrams follow, and which a send larger than its max payload
+//     resolves at once. Learnt entries evict only each other (peerCache),
+//     so a flood of datagrams from new sources evicts no entry this side
+//     resolved.
+func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, slid uint16, maxPayload int, g *wire.GRH) {
+	if e, ok := p.peers.get(from); ok {
+		if e.qpn == srcQP && (p.ethernet || e.attr.DLID == slid) {
+			if e.resolved {
+				e.news = coarseclock.Now()
+			}
+			return
+		}
+		e.doubted = true
 		return
 	}
 	if g == nil || p.replyBySIDR {
-		if ok {
-			// It changed its QP: resolve it again at the next send.
-			p.peers.remove(from)
-			p.evictLocked(from, e)
-		}
 		return
 	}
 	attr, ok := p.replyAttr(g)
 	if !ok {
 		return
 	}
-	if e != nil {
-		p.peers.remove(from)
-		p.evictLocked(from, e)
-	}
-	p.addPeerLocked(&udPeer{addr: from, attr: attr, qpn: srcQP, qkey: p.qkey, maxPayload: maxPayload})
+	e := &udPeer{addr: from, attr: attr, qpn: srcQP, qkey: p.qkey,
+		maxPayload: min(max(maxPayload, 1), p.maxPayload), news: coarseclock.Now()}
+	p.peers.putLearned(from, e)
 }
 
 // replyAttr is the address vector back to a datagram's sender: its source
@@ -903,15 +956,25 @@ func (p *PacketConn) recycleRecv(idx int, b buffer.Buf) {
 
 // peerFor returns the cached peer for `to`, resolving its address first if
 // needed, with a reservation (inflight) the caller gives back with
-// putPeerLocked or by posting a send through it.
-func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort) (*udPeer, error) {
+// putPeerLocked or by posting a send through it. n is the payload's size:
+// a peer learned from a datagram that accepts less is resolved first, as
+// is one a datagram contradicted (heardLocked).
+func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort, n int) (*udPeer, error) {
 	p.mu.Lock()
 	for {
 		if p.closed {
 			p.mu.Unlock()
 			return nil, net.ErrClosed
 		}
-		if e, ok := p.peers.get(to); ok {
+		e, ok := p.peers.get(to)
+		if ok && (e.doubted || (!e.resolved && n > e.maxPayload)) &&
+			coarseclock.Now() >= e.recheckAt && p.resolving[to] == nil {
+			// Resolve the address again and send through what it finds.
+			e.doubted = false
+			e.recheckAt = coarseclock.Now() + p.recheckTicks
+			ok = false
+		}
+		if ok {
 			if e.ah == nil {
 				ah, err := p.dev.pd.CreateAH(&e.attr)
 				if err != nil {
@@ -933,7 +996,7 @@ func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort) (*udPeer, e
 		}
 		r := p.resolving[to]
 		if r == nil {
-			r = &udResolution{done: make(chan struct{})}
+			r = &udResolution{done: make(chan struct{}), recheck: e != nil}
 			p.resolving[to] = r
 			p.bg.Add(1)
 			go p.resolveInto(to, r)
@@ -976,9 +1039,12 @@ func (p *PacketConn) resolveInto(to netip.AddrPort, r *udResolution) {
 		if p.released {
 			e.ah.Close()
 		} else {
-			if old, ok := p.peers.get(to); ok { // learned from a datagram meanwhile
+			if old, ok := p.peers.get(to); ok { // cached meanwhile, or being checked again
 				p.peers.remove(to)
 				p.evictLocked(to, old)
+			}
+			if r.recheck {
+				e.recheckAt = coarseclock.Now() + p.recheckTicks
 			}
 			p.addPeerLocked(e)
 		}
@@ -1092,7 +1158,7 @@ func (p *PacketConn) resolveSIDR(to netip.AddrPort) (_ *udPeer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &udPeer{addr: to, qpn: ev.QPNum, qkey: ev.QKey, maxPayload: p.maxPayload}
+	e := &udPeer{addr: to, attr: ev.AH, qpn: ev.QPNum, qkey: ev.QKey, maxPayload: p.maxPayload, resolved: true}
 	if h, err := wire.ParseDatagramHeader(ev.PrivateData); err == nil {
 		e.maxPayload = min(e.maxPayload, int(h.MaxPayload))
 	}

@@ -12,7 +12,7 @@ package verbs
 // gowc is the flat completion record shared with Go (layout = verbs.WC).
 typedef struct {
 	uint64_t wr_id;
-	uint32_t status, opcode, vendor_err, byte_len, imm, qp_num, src_qp, flags;
+	uint32_t status, opcode, vendor_err, byte_len, imm, qp_num, src_qp, flags, slid;
 } gowc;
 
 static int copy_wcs(struct ibv_wc *wc, int n, gowc *out) {
@@ -26,6 +26,7 @@ static int copy_wcs(struct ibv_wc *wc, int n, gowc *out) {
 		out[i].qp_num = wc[i].qp_num;
 		out[i].src_qp = wc[i].src_qp;
 		out[i].flags = wc[i].wc_flags;
+		out[i].slid = wc[i].slid;
 	}
 	return n;
 }
@@ -165,6 +166,7 @@ type WC struct {
 	QPNum     uint32
 	SrcQP     uint32
 	Flags     uint32
+	SLID      uint32 // the sender's LID (UD on InfiniBand); 0 on RoCE
 }
 
 // HasImm reports whether the completion carried immediate data.

@@ -1,0 +1,152 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wire"
+)
+
+// withImmFlag is IBV_WC_WITH_IMM.
+const withImmFlag = 2
+
+// FuzzRecvCompletion drives the decision recvLocked makes for a received
+// send (admitRecvLocked: classifyRecv, then credits and allowances) on a
+// Conn with no device (its QP already down, so a failure only records its
+// error): kind x length x credits x state. The input's first 5 bytes are
+// the state (bit 0 of the first: the control reserve negotiated; then the
+// credits this side holds and the peer's credits, 2 bytes each); then
+// records of 9 bytes: flags (bit 0 the completion has an immediate, bit 1
+// the peer's FIN arrived, bit 2 messages ended), the immediate, the length.
+// Invariants: no panic; a completion fails the connection, with an error
+// matching ErrProtocol, exactly when it is malformed (no immediate, an
+// unknown kind, more bytes than a receive holds, a credit update with no
+// credit) or beyond what the peer may do (a credit it does not hold,
+// credits beyond the largest window, probes beyond their allowance); the
+// credits this side holds never exceed maxWindow and the peer's never go
+// below zero; what is delivered has a length within the receive.
+func FuzzRecvCompletion(f *testing.F) {
+	if !(&verbs.WC{Flags: withImmFlag}).HasImm() {
+		f.Fatal("IBV_WC_WITH_IMM is not withImmFlag")
+	}
+	rec := func(flags byte, kind wire.Kind, credits, n uint32) []byte {
+		b := []byte{flags}
+		b = binary.BigEndian.AppendUint32(b, uint32(kind)<<24|credits&wire.MaxImmCredits)
+		return binary.BigEndian.AppendUint32(b, n)
+	}
+	state := func(reserve bool, credits, peer uint16) []byte {
+		b := []byte{0}
+		if reserve {
+			b[0] = 1
+		}
+		b = binary.BigEndian.AppendUint16(b, credits)
+		return binary.BigEndian.AppendUint16(b, peer)
+	}
+	cat := func(bs ...[]byte) []byte {
+		var out []byte
+		for _, b := range bs {
+			out = append(out, b...)
+		}
+		return out
+	}
+	f.Add(cat(state(true, 0, 16), rec(1, wire.KindData, 1, 100), rec(1, wire.KindMessage, 0, 4096), rec(1, wire.KindFIN, 0, 0)))
+	f.Add(cat(state(true, 0, 16), rec(1, wire.KindCredit, 0, 0)))                                    // a credit update with no credit
+	f.Add(cat(state(true, maxWindow-1, 16), rec(1, wire.KindCredit, 2, 0)))                          // beyond the largest window
+	f.Add(cat(state(false, 0, 16), rec(1, wire.KindData, wire.MaxImmCredits, 10)))                   // 2^24-1 credits at once
+	f.Add(cat(state(true, 0, 0), rec(1, wire.KindMessage, 0, 10)))                                   // beyond the peer's credits
+	f.Add(cat(state(true, 0, 16), rec(0, wire.KindData, 0, 10)))                                     // no immediate
+	f.Add(cat(state(true, 0, 16), rec(1, 7, 0, 10), rec(1, 0xff, 0, 10)))                            // unknown kinds
+	f.Add(cat(state(true, 0, 16), rec(1, wire.KindData, 0, 4097)))                                   // more than a receive holds
+	f.Add(cat(state(true, 0, 16), rec(3, wire.KindData, 0, 10), rec(5, wire.KindRendezvous, 0, 32))) // after the end
+	f.Add(cat(state(true, 0, 16), rec(1, wire.KindRendezvousDone, 5, 0), rec(1, wire.KindData, 0, 0)))
+	var probes [][]byte
+	for range 20 {
+		probes = append(probes, rec(1, wire.KindKeepalive, 0, 0))
+	}
+	f.Add(cat(append([][]byte{state(true, 0, 16)}, probes...)...)) // probes beyond the burst
+	const (
+		room  = 4096
+		nRecv = 8
+		burst = nRecv + 2 // controlAllowedLocked's
+	)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		st := make([]byte, 5)
+		data = data[copy(st, data):]
+		c := &Conn{qpDown: true, ep: &endpoint{bufSize: room, recv: make([]buffer.Buf, nRecv)}}
+		if st[0]&1 != 0 {
+			c.features |= wire.FeatureControlReserve
+		}
+		c.window = 16
+		c.credits = int(binary.BigEndian.Uint16(st[1:])) % (maxWindow + 1)
+		c.peerCredits = int(binary.BigEndian.Uint16(st[3:])) % (c.window + 1)
+		probes := 0
+		for step := 0; len(data) > 0 && step < 256; step++ {
+			r := make([]byte, 9)
+			data = data[copy(r, data):]
+			wc := verbs.WC{Status: verbs.WCSuccess, Imm: binary.BigEndian.Uint32(r[1:]), ByteLen: binary.BigEndian.Uint32(r[5:])}
+			hasImm := r[0]&1 != 0
+			if hasImm {
+				wc.Flags = withImmFlag
+			}
+			c.eof, c.msgsClosed = r[0]&2 != 0, r[0]&4 != 0
+			kind, credits := wire.Kind(wc.Imm>>24), wc.Imm&wire.MaxImmCredits
+			reserve := c.features&wire.FeatureControlReserve != 0
+			control := reserve && (kind == wire.KindCredit || kind == wire.KindKeepalive)
+			spends := !control && kind != wire.KindRendezvousDone
+			malformed := !hasImm || kind > wire.KindRendezvousDone || wc.ByteLen > room
+			beyond := (control && kind == wire.KindCredit && credits == 0) ||
+				(spends && c.peerCredits == 0) ||
+				(kind != wire.KindRendezvousDone && c.credits+int(credits) > maxWindow)
+			allowance := false
+			if !malformed && control && kind == wire.KindKeepalive {
+				probes++
+				allowance = probes > burst
+			}
+			credits0, peer0 := c.credits, c.peerCredits
+			got, act := c.admitRecvLocked(&wc)
+			if act == rxFailed {
+				if !malformed && !beyond && !allowance {
+					t.Fatalf("step %d: kind %d, %d credits, %d bytes (reserve %v, eof %v, holding %d, peer %d): failed: %v",
+						step, kind, credits, wc.ByteLen, reserve, c.eof, credits0, peer0, c.rerr)
+				}
+				if !errors.Is(c.rerr, ErrProtocol) {
+					t.Fatalf("step %d: failed with %v, not ErrProtocol", step, c.rerr)
+				}
+				return // the connection is down: no more completions but flushed ones
+			}
+			if malformed || beyond {
+				t.Fatalf("step %d: kind %d, %d credits, %d bytes (no immediate %v, holding %d, peer %d) accepted as %d",
+					step, kind, credits, wc.ByteLen, !hasImm, credits0, peer0, act)
+			}
+			if c.rerr != nil || c.credits > maxWindow || c.peerCredits < 0 {
+				t.Fatalf("step %d: error %v, credits %d, peer's credits %d", step, c.rerr, c.credits, c.peerCredits)
+			}
+			wantCredits, wantPeer := credits0+int(credits), peer0
+			if kind == wire.KindRendezvousDone {
+				wantCredits = credits0
+			}
+			if spends {
+				wantPeer--
+			}
+			if c.credits != wantCredits || c.peerCredits != wantPeer || got != credits {
+				t.Fatalf("step %d: kind %d: credits %d -> %d, peer's %d -> %d; want %d, %d", step, kind,
+					credits0, c.credits, peer0, c.peerCredits, wantCredits, wantPeer)
+			}
+			switch act {
+			case rxData:
+				if kind != wire.KindData || wc.ByteLen == 0 || wc.ByteLen > room || c.eof {
+					t.Fatalf("step %d: data delivered: kind %d, %d bytes, eof %v", step, kind, wc.ByteLen, c.eof)
+				}
+			case rxMessage, rxRendezvous:
+				if c.eof || c.msgsClosed || wc.ByteLen > room {
+					t.Fatalf("step %d: message delivered: %d bytes, eof %v, closed %v", step, wc.ByteLen, c.eof, c.msgsClosed)
+				}
+			}
+		}
+	})
+}
