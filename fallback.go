@@ -59,6 +59,20 @@ var ErrNotRDMA = errors.New("the connection fell back to TCP: one-sided RDMA cal
 // are. If TCP fails too, the error (a *net.OpError) says what happened on
 // both attempts and matches both causes with errors.Is. The whole dial,
 // both attempts, stays within Dialer.Timeout (Config.ConnectTimeout).
+//
+// What a TCP peer can make this side hold: a TCP-backed connection's
+// received messages and stream data that the application has not taken
+// (Recv, Messages(), Read) hold at most Config.RecvBuffers x
+// Config.BufferSize bytes of buffers (2 MiB with the defaults) before the
+// connection stops reading its socket, which stops the peer (TCP's flow
+// control: nothing is lost); a message larger than that is still received
+// whole, so a connection holds at most that budget plus one message's
+// buffer (at most 4 MiB, the pool's largest). The TCP-backed connections of a process share one
+// buffer pool, which the first fallback user's Config.PoolMaxBytes (1 GiB
+// by default) caps: a fallback listener's at Listen, or a fallback
+// dialer's at its first TCP connection. Later Configs do not change it.
+// At the cap, readers wait (their peers are stopped) and Alloc and Write
+// fail with buffer.ErrExhausted; Admit bounds how many peers get there.
 type Fallback struct {
 	// RDMATimeout bounds a Dialer's RDMA attempt before it falls back to
 	// TCP. A peer whose host has no RDMA device never answers rdma_cm's
@@ -205,6 +219,11 @@ func (lc *ListenConfig) listenFallback(ctx context.Context, network, address str
 		return nil, opErr(err)
 	}
 	if err := lc.Config.check(); err != nil {
+		return nil, opErr(err)
+	}
+	// The listener is a fallback user from now: the first one's
+	// PoolMaxBytes caps the process's fallback pool (tcpPool).
+	if _, err := fallbackPoolFor(cfg.PoolMaxBytes); err != nil {
 		return nil, opErr(err)
 	}
 	ap, err := resolve(ctx, network, address, true)

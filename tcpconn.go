@@ -18,19 +18,31 @@ import (
 // tcpConn is the inside of a TCP-backed *Conn (fallback.go): the stream
 // and the message view framed over one TCP connection (tcpframe.go), with
 // the semantics of the RDMA ones. One goroutine reads frames and hands
-// stream chunks and messages to Read and Recv (bounded queues: a receiver
-// that reads neither stops the peer, as a closed RDMA credit window does);
-// one goroutine writes the frames Write, Send and CloseWrite queue, in
-// order, so that a deadline or a Close never cuts a frame in half.
+// stream chunks and messages to Read and Recv; one goroutine writes the
+// frames Write, Send and CloseWrite queue, in order, so that a deadline or
+// a Close never cuts a frame in half.
+//
+// What a peer can make this side hold is bounded per connection: the
+// received frames not yet handed to the application (stream chunks until
+// Read takes them from the queue, messages until Recv or Messages() hands
+// them out) may hold at most recvBudget bytes of pool buffers before the
+// reader stops reading the socket. It then waits for the application, and
+// TCP's flow control stops the peer, as a closed RDMA credit window does:
+// nothing is lost. The budget gates the start of the next frame, not the
+// frame itself, so a message larger than the budget is still received;
+// the most a connection holds is recvBudget plus one frame's buffer (and
+// the stream chunk Read is copying from).
 type tcpConn struct {
 	// Immutable after newTCPConn.
 	nc           *net.TCPConn
+	src          frameSource // what readLoop reads: nc
 	cfg          Config
 	laddr, raddr net.Addr
 	lim          frameLimits // what this side accepts
 	peerMaxMsg   int         // the largest message the peer accepts
 	peerChunk    int         // the largest stream frame the peer accepts
 	pool         *buffer.Pool
+	recvBudget   int64 // tcpRecvBudget(cfg)
 	// fallbackReason is why a fallback dial took TCP (the RDMA attempt's
 	// error); nil on the listener's side.
 	fallbackReason error
@@ -44,11 +56,17 @@ type tcpConn struct {
 	drained    chan struct{} // closed when readLoop ends (after Close, once it stopped draining the socket)
 	writerDone chan struct{} // closed when writeLoop ends
 
-	// The reader's side. streamQ and msgs are closed by readLoop, their
-	// only sender, when it ends; rerr (set before) says why.
+	// The reader's side. streamQ and msgsIn are closed by readLoop, their
+	// only sender, when it ends; rerr (set before) says why. deliverLoop
+	// moves messages from msgsIn to msgs (unbuffered: a message leaves the
+	// budget when the application takes it) and closes msgs after the last.
 	streamQ    chan buffer.Buf
+	msgsIn     chan buffer.Buf
 	msgs       chan buffer.Buf
-	notes      chan Notification // never sent on: closed with msgs
+	held       atomic.Int64      // bytes of pool buffers in frames received and not handed out
+	room       chan struct{}     // a token when held went down
+	delivered  chan struct{}     // closed when deliverLoop ends
+	notes      chan Notification // never sent on: closed when readLoop ends
 	rerr       error
 	readMu     sync.Mutex // one Read at a time; guards cur
 	cur        buffer.Buf // the stream chunk being read
@@ -84,18 +102,42 @@ const (
 )
 
 // tcpPool holds the TCP-backed connections' buffers: Alloc, received
-// messages and stream chunks. It is not registered with any device.
+// messages and stream chunks. It is not registered with any device. There
+// is one per process, and the first fallback user's Config.PoolMaxBytes
+// (0: 1 GiB) caps it for good: a fallback listener at Listen, a fallback
+// dialer at its first TCP connection, whichever comes first. Later Configs
+// neither raise nor lower it. This is the device pools' rule (a device's
+// first connection sets its pool's cap), and a bound that any later
+// caller could raise would bound nothing.
 var tcpPool struct {
-	once sync.Once
-	p    *buffer.Pool
-	err  error
+	mu sync.Mutex
+	p  *buffer.Pool
 }
 
-func fallbackPool() (*buffer.Pool, error) {
-	tcpPool.once.Do(func() {
-		tcpPool.p, tcpPool.err = buffer.NewPool(nil, buffer.Options{})
-	})
-	return tcpPool.p, tcpPool.err
+// fallbackPoolFor returns the fallback pool, made with maxBytes (0: 1 GiB)
+// as its cap if this is the first use.
+func fallbackPoolFor(maxBytes int64) (*buffer.Pool, error) {
+	tcpPool.mu.Lock()
+	defer tcpPool.mu.Unlock()
+	if tcpPool.p == nil {
+		p, err := buffer.NewPool(nil, buffer.Options{MaxBytes: maxBytes})
+		if err != nil {
+			return nil, fmt.Errorf("the TCP fallback's buffer pool (Config.PoolMaxBytes %d): %w", maxBytes, err)
+		}
+		tcpPool.p = p
+	}
+	return tcpPool.p, nil
+}
+
+// fallbackPool returns the fallback pool (made with the default cap if
+// this is the first use).
+func fallbackPool() (*buffer.Pool, error) { return fallbackPoolFor(0) }
+
+// tcpRecvBudget is the bytes of pool buffers a TCP-backed connection's
+// received frames may hold before its reader waits for the application:
+// RecvBuffers x BufferSize, what an RDMA connection's receive ring holds.
+func tcpRecvBudget(cfg *Config) int64 {
+	return int64(cfg.RecvBuffers) * int64(cfg.BufferSize)
 }
 
 // tcpLimits are the limits a side with cfg (defaults applied) accepts.
@@ -115,7 +157,7 @@ func (lim frameLimits) hello() tcpHello {
 // tcpHandshakeDial runs the dialer's half of the hello exchange on nc,
 // bounded by ctx.
 func tcpHandshakeDial(ctx context.Context, nc *net.TCPConn, cfg *Config) (*tcpConn, error) {
-	pool, err := fallbackPool()
+	pool, err := fallbackPoolFor(cfg.PoolMaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +188,7 @@ func tcpHandshakeDial(ctx context.Context, nc *net.TCPConn, cfg *Config) (*tcpCo
 // tcpHandshakeAccept runs the listener's half on nc: read the dialer's
 // hello, ask admit, answer (or refuse) within cfg.HandshakeTimeout.
 func tcpHandshakeAccept(nc *net.TCPConn, cfg *Config, admit func(*net.TCPConn) error) (*tcpConn, error) {
-	pool, err := fallbackPool()
+	pool, err := fallbackPoolFor(cfg.PoolMaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -197,17 +239,32 @@ func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim frameLimits
 		nc.SetKeepAlive(false)
 	}
 	nc.SetNoDelay(true)
+	t := makeTCPConn(nc, cfg, pool, lim, peer)
+	t.nc, t.laddr, t.raddr = nc, nc.LocalAddr(), nc.RemoteAddr()
+	go t.readLoop()
+	go t.deliverLoop()
+	go t.writeLoop()
+	return t
+}
+
+// makeTCPConn makes a tcpConn whose reader reads frames from src (the TCP
+// connection; a test's pipe), without starting its goroutines.
+func makeTCPConn(src frameSource, cfg *Config, pool *buffer.Pool, lim frameLimits, peer tcpHello) *tcpConn {
 	t := &tcpConn{
-		nc: nc, cfg: *cfg, laddr: nc.LocalAddr(), raddr: nc.RemoteAddr(), lim: lim,
+		src: src, cfg: *cfg, lim: lim,
 		peerMaxMsg: min(int(peer.MaxMessage), pool.MaxSize()),
 		peerChunk:  min(int(peer.MaxChunk), pool.MaxSize()),
 		pool:       pool,
+		recvBudget: tcpRecvBudget(cfg),
 		closing:    make(chan struct{}),
 		readerDone: make(chan struct{}),
 		drained:    make(chan struct{}),
 		writerDone: make(chan struct{}),
 		streamQ:    make(chan buffer.Buf, cfg.RecvBuffers),
-		msgs:       make(chan buffer.Buf, cfg.RecvBuffers),
+		msgsIn:     make(chan buffer.Buf, cfg.RecvBuffers),
+		msgs:       make(chan buffer.Buf),
+		room:       make(chan struct{}, 1),
+		delivered:  make(chan struct{}),
 		notes:      make(chan Notification),
 		rdDeadline: makeDeadline(),
 		out:        make(chan outFrame, cfg.SendBuffers),
@@ -216,8 +273,6 @@ func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim frameLimits
 		opDone:     make(chan OpCompletion, cfg.SendBuffers),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	go t.readLoop()
-	go t.writeLoop()
 	return t
 }
 
@@ -243,12 +298,12 @@ func sockErr(err error) error {
 // input, which makes the kernel reset the connection when it is closed.
 func (t *tcpConn) readLoop() {
 	defer close(t.drained)
-	fr := frameReader{c: t.nc, lim: t.lim, stall: t.cfg.HandshakeTimeout,
+	fr := frameReader{c: t.src, lim: t.lim, stall: t.cfg.HandshakeTimeout,
 		get: func(n int) (buffer.Buf, error) { return t.pool.GetWait(t.ctx, n) }}
 	var err error
 	closing := false
 	for err == nil {
-		if closing = isClosedChan(t.closing); closing {
+		if closing = !t.waitRoom(); closing {
 			break
 		}
 		var typ byte
@@ -260,12 +315,15 @@ func (t *tcpConn) readLoop() {
 		}
 		q := t.streamQ
 		if typ == frameMessage {
-			q = t.msgs
+			q = t.msgsIn
 		}
+		n := int64(b.Cap())
+		t.held.Add(n)
 		select {
 		case q <- b:
 		case <-t.closing:
 			b.Release()
+			t.handedOut(n)
 			closing = true
 		}
 	}
@@ -273,16 +331,56 @@ func (t *tcpConn) readLoop() {
 		err = net.ErrClosed
 	}
 	if errors.Is(err, ErrProtocol) {
-		t.nc.Close() // the peer broke the protocol: the connection ends both ways
+		t.src.Close() // the peer broke the protocol: the connection ends both ways
 	}
 	t.rerr = sockErr(err)
 	close(t.streamQ)
-	close(t.msgs)
+	close(t.msgsIn)
 	close(t.notes)
 	close(t.readerDone)
 	if closing {
-		t.nc.SetReadDeadline(time.Time{}) // a frame's deadline does not bound the drain
-		io.Copy(io.Discard, t.nc)
+		t.src.SetReadDeadline(time.Time{}) // a frame's deadline does not bound the drain
+		io.Copy(io.Discard, t.src)
+	}
+}
+
+// waitRoom waits until the frames received and not handed out hold less
+// than the connection's budget. It returns false if Close came first.
+func (t *tcpConn) waitRoom() bool {
+	for t.held.Load() >= t.recvBudget {
+		select {
+		case <-t.room:
+		case <-t.closing:
+			return false
+		}
+	}
+	return !isClosedChan(t.closing)
+}
+
+// handedOut takes n bytes of a frame's buffer out of the budget (the
+// application took the frame, or it was dropped) and wakes the reader.
+func (t *tcpConn) handedOut(n int64) {
+	t.held.Add(-n)
+	select {
+	case t.room <- struct{}{}:
+	default:
+	}
+}
+
+// deliverLoop hands the messages readLoop received to Recv and Messages(),
+// in order, one at a time: a message counts in the budget until it is
+// taken. After Close it drops what is left. It closes msgs after the last.
+func (t *tcpConn) deliverLoop() {
+	defer close(t.delivered)
+	defer close(t.msgs)
+	for b := range t.msgsIn {
+		n := int64(b.Cap())
+		select {
+		case t.msgs <- b:
+		case <-t.closing:
+			b.Release()
+		}
+		t.handedOut(n)
 	}
 }
 
@@ -480,6 +578,7 @@ func (t *tcpConn) readStream(b []byte) (int, error) {
 		if !ok {
 			return 0, t.endErr()
 		}
+		t.handedOut(int64(c.Cap()))
 		t.cur, t.curOff = c, 0
 	}
 }
@@ -622,11 +721,13 @@ func (t *tcpConn) shutdown() error {
 	<-t.drained
 	// What nobody received goes back to the pool.
 	for b := range t.streamQ {
+		t.handedOut(int64(b.Cap()))
 		b.Release()
 	}
 	for b := range t.msgs {
 		b.Release()
 	}
+	<-t.delivered
 	t.readMu.Lock()
 	if t.cur.Valid() {
 		t.cur.Release()

@@ -213,6 +213,13 @@ type frameConn interface {
 	SetReadDeadline(time.Time) error
 }
 
+// frameSource is the connection readLoop reads frames from, which it
+// closes when the peer breaks the protocol (a *net.TCPConn).
+type frameSource interface {
+	frameConn
+	io.Closer
+}
+
 // frameReader reads frames from a connection, with two bounds on what a
 // peer can make this side hold:
 //

@@ -2,11 +2,16 @@ package rdma
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/verbline/rdma/buffer"
 )
 
 func TestTCPHelloRoundTrip(t *testing.T) {
@@ -96,53 +101,149 @@ func TestFrameHeaderLimits(t *testing.T) {
 	}
 }
 
-// decodeFrames runs the reader's decoding (readLoop's, without the
-// connection) over in: every frame it accepts is within lim.
-func decodeFrames(t testing.TB, in []byte, lim frameLimits) (frames int, err error) {
-	r := bytes.NewReader(in)
+// wantFrames decodes in as the wire format says (the reference for the
+// reader): the messages and the stream bytes of the frames before the
+// first violation, and whether in ends cleanly at a frame boundary.
+func wantFrames(in []byte, lim frameLimits) (msgs [][]byte, stream []byte, clean bool) {
 	var hdr [frameHeaderLen]byte
-	for {
-		typ, n, err := readFrameHeader(r, &hdr, lim)
-		if err != nil {
-			return frames, err
+	for len(in) > 0 {
+		if len(in) < frameHeaderLen {
+			return msgs, stream, false
 		}
-		if typ == frameStream && (n < 1 || n > lim.maxChunk) || typ == frameMessage && n > lim.maxMessage ||
-			typ != frameStream && typ != frameMessage {
-			t.Fatalf("accepted frame type %d of %d bytes beyond %+v", typ, n, lim)
+		copy(hdr[:], in)
+		typ, n, err := parseFrameHeader(&hdr, lim)
+		if err != nil || len(in)-frameHeaderLen < n {
+			return msgs, stream, false
 		}
-		if n > r.Len() { // what readLoop would allocate is bounded by lim, not by the input
-			if err := readFramePayload(r, make([]byte, n)); !errors.Is(err, ErrProtocol) {
-				t.Fatalf("a frame cut short: %v, want ErrProtocol", err)
-			}
-			return frames, ErrProtocol
+		p := in[frameHeaderLen : frameHeaderLen+n]
+		if typ == frameMessage {
+			msgs = append(msgs, p)
+		} else {
+			stream = append(stream, p...)
 		}
-		if err := readFramePayload(r, make([]byte, n)); err != nil {
-			return frames, err
-		}
-		frames++
+		in = in[frameHeaderLen+n:]
 	}
+	return msgs, stream, true
 }
 
+// FuzzTCPFrames feeds arbitrary bytes, as a peer's frames after the hello,
+// through the reader a TCP-backed connection uses (readLoop, frameReader,
+// the receive budget and the message hand-over), over a net.Pipe, and
+// takes what it delivers with recv and readStream: no panic; the messages
+// and the stream bytes are exactly those of the well-formed frames before
+// the first violation; the end is io.EOF after a clean end, else an error
+// matching ErrProtocol; what the received frames hold stays within the
+// budget plus one frame, and every buffer goes back to the pool.
 func FuzzTCPFrames(f *testing.F) {
 	var b [frameHeaderLen]byte
 	var seed []byte
 	for _, fr := range []struct {
 		typ byte
 		n   int
-	}{{frameStream, 3}, {frameMessage, 0}, {frameMessage, 5}} {
+	}{{frameStream, 3}, {frameMessage, 0}, {frameMessage, 5}, {frameMessage, 300}, {frameStream, 100}, {frameMessage, 257}} {
 		putFrameHeader(&b, fr.typ, fr.n)
-		seed = append(append(seed, b[:]...), make([]byte, fr.n)...)
+		seed = append(append(seed, b[:]...), bytes.Repeat([]byte{byte(fr.n)}, fr.n)...)
 	}
 	f.Add(seed)
 	f.Add(seed[:7])
+	f.Add(seed[:len(seed)-1])
 	f.Add([]byte{frameMessage, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{frameMessage, 0, 0, 1, 0x2d}) // one byte above the limit
+	f.Add([]byte{frameStream, 0, 0, 0, 0})
 	f.Add([]byte{9, 0, 0, 0, 1, 0})
+	many := bytes.Repeat(append(frameHeaderOf(frameMessage, 0), frameHeaderOf(frameStream, 1)[:]...), 50)
+	f.Add(append(many, 0))
+	lim := frameLimits{maxMessage: 300, maxChunk: 100}
+	cfg := (&Config{RecvBuffers: 4, BufferSize: 64, HandshakeTimeout: 5 * time.Second}).withDefaults()
+	pool, err := buffer.NewPool(nil, buffer.Options{MaxBytes: 64 << 20})
+	if err != nil {
+		f.Fatal(err)
+	}
+	largest, err := pool.Get(lim.maxMessage)
+	if err != nil {
+		f.Fatal(err)
+	}
+	maxBuf := int64(largest.Cap()) // the buffer of the largest frame
+	largest.Release()
 	f.Fuzz(func(t *testing.T, in []byte) {
-		_, err := decodeFrames(t, in, frameLimits{maxMessage: 64, maxChunk: 16})
-		if err != io.EOF && !errors.Is(err, ErrProtocol) {
-			t.Fatalf("decoding ended with %v: want io.EOF or ErrProtocol", err)
+		wantMsgs, wantStream, clean := wantFrames(in, lim)
+		a, z := net.Pipe()
+		defer a.Close()
+		go func() {
+			a.Write(in)
+			a.Close()
+		}()
+		c := makeTCPConn(z, &cfg, pool, lim, tcpHello{MaxMessage: 300, MaxChunk: 100})
+		// Counted: the budget and the frame that crossed it. In the pool:
+		// that, the frame being read (two buffers while it grows), the
+		// message being checked and the stream chunk being copied.
+		defer c.cancel()
+		bound := c.recvBudget + maxBuf
+		poolBound := bound + 4*maxBuf
+		go c.readLoop()
+		go c.deliverLoop()
+		var stream []byte
+		var serr error
+		sdone := make(chan struct{})
+		go func() {
+			defer close(sdone)
+			buf := make([]byte, 7)
+			for {
+				n, err := c.readStream(buf)
+				stream = append(stream, buf[:n]...)
+				if err != nil {
+					serr = err
+					return
+				}
+			}
+		}()
+		var msgs [][]byte
+		var merr error
+		for {
+			if h := c.held.Load(); h > bound {
+				t.Fatalf("received frames hold %d bytes; the bound is %d", h, bound)
+			}
+			if u := pool.Stats().InUseBytes; u > poolBound {
+				t.Fatalf("the pool has %d bytes in use; the bound is %d", u, poolBound)
+			}
+			m, err := c.recv(context.Background())
+			if err != nil {
+				merr = err
+				break
+			}
+			msgs = append(msgs, append([]byte(nil), m.Bytes()...))
+			m.Release()
+		}
+		<-sdone
+		<-c.drained
+		<-c.delivered
+		for _, err := range []error{merr, serr} {
+			if clean && err != io.EOF || !clean && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("the reader ended with %v; want io.EOF after a clean end (%v), else ErrProtocol", err, clean)
+			}
+		}
+		if len(msgs) != len(wantMsgs) {
+			t.Fatalf("%d messages; want %d", len(msgs), len(wantMsgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(msgs[i], wantMsgs[i]) {
+				t.Fatalf("message %d: %x; want %x", i, msgs[i], wantMsgs[i])
+			}
+		}
+		if !bytes.Equal(stream, wantStream) {
+			t.Fatalf("stream %x; want %x", stream, wantStream)
+		}
+		if h, u := c.held.Load(), pool.Stats().InUseBytes; h != 0 || u != 0 {
+			t.Fatalf("after the end: %d bytes counted held, %d bytes of the pool in use", h, u)
 		}
 	})
+}
+
+// frameHeaderOf is a frame header announcing n bytes of type typ.
+func frameHeaderOf(typ byte, n int) []byte {
+	var h [frameHeaderLen]byte
+	putFrameHeader(&h, typ, n)
+	return h[:]
 }
 
 func FuzzTCPHello(f *testing.F) {
