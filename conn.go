@@ -40,6 +40,7 @@ type Conn struct {
 	wrSig      chan struct{} // capacity 1: wakes the (single, writeMu) blocked writer
 	closing    chan struct{} // closed by Close
 	eventsDone chan struct{} // closed when the CM event loop exits
+	eventsStop func()        // ends the CM event loop without closing the channel (set by start)
 
 	// Synchronized by themselves.
 	readMu                 sync.Mutex // one Read at a time; held while it waits
@@ -142,7 +143,9 @@ func (c *Conn) start() {
 	c.mu.Unlock()
 	c.startKeepalive()
 	registerConn(c) // metrics
-	go c.eventLoop()
+	ctx, stop := context.WithCancel(context.Background())
+	c.eventsStop = stop
+	go c.eventLoop(ctx)
 }
 
 // abort frees a connection that never got established.
@@ -347,8 +350,11 @@ func (c *Conn) release() error {
 	c.dev.bufReturned() // the device may have been waiting for these
 	if c.ep.parkDev != nil {
 		// The QP, reset, goes to the device's pool at the id's
-		// TIMEWAIT_EXIT (qppool.go): the id and the event loop live until then.
-		go c.ep.retire(c.id, c.ch, c.eventsDone)
+		// TIMEWAIT_EXIT (qppool.go): the event loop ends here, and the id
+		// waits for it on the timewait channel, not on the Conn's own.
+		c.eventsStop()
+		<-c.eventsDone
+		c.ep.awaitTimewait(c.id, c.ch)
 	} else {
 		if derr := c.id.Destroy(); derr != nil && err == nil {
 			err = derr
@@ -381,14 +387,15 @@ func (c *Conn) failLocked(err error) {
 	c.qpDownLocked()
 }
 
-// eventLoop handles CM events after the connection is up: the peer's
-// disconnect (a close, or its process dying) ends the connection.
-func (c *Conn) eventLoop() {
+// eventLoop handles CM events after the connection is up, until ctx is
+// done or the channel closed: the peer's disconnect (a close, or its
+// process dying) ends the connection.
+func (c *Conn) eventLoop(ctx context.Context) {
 	defer close(c.eventsDone)
 	for {
-		ev, err := c.ch.Next(context.Background())
+		ev, err := c.ch.Next(ctx)
 		if err != nil {
-			if !errors.Is(err, rdmacm.ErrChannelClosed) { // not our Close: the channel failed
+			if ctx.Err() == nil && !errors.Is(err, rdmacm.ErrChannelClosed) { // not our Close: the channel failed
 				c.mu.Lock()
 				c.failLocked(err)
 				c.mu.Unlock()

@@ -28,21 +28,31 @@ func cmFDs(t testing.TB) int {
 	return n
 }
 
-// TestDescriptorsAfterChurn: after RDMA_TEST_FD_CYCLES (default 100)
-// sequential dial / echo / close cycles against one listener and the
-// listener's Close, the process's rdma_cm descriptors come back to what
-// they were before the cycles, within the device's linger, the
-// connections' timewait and a few seconds more (channels kept for reuse
-// expire), with no call that releases them.
+// churnFDs bounds the rdma_cm descriptors above the baseline while
+// connections churn: the listener's channel, the two live ends' channels,
+// the channel shared by the ids in timewait and a few channels kept for
+// reuse, two descriptors each.
+const churnFDs = 24
+
+// TestDescriptorsAfterChurn: during RDMA_TEST_FD_CYCLES (default 1000)
+// sequential dial / echo / close cycles against one listener, the
+// connections closed and waiting for their timewait (their QPs parked for
+// the pool) hold no rdma_cm descriptor of their own: the process's count
+// stays within a constant of what it was before the cycles however many of
+// them wait. After the listener's Close the count comes back to what it was
+// before, within the device's linger, the connections' timewait and a few
+// seconds more (channels kept for reuse expire), with no call that
+// releases them.
 func TestDescriptorsAfterChurn(t *testing.T) {
-	n := envInt("RDMA_TEST_FD_CYCLES", 100)
+	n := envInt("RDMA_TEST_FD_CYCLES", 1000)
 	checkLeaksAtEnd(t) // settles what earlier tests left
 	rdmacm.DrainIdleChannels()
 	base := cmFDs(t)
 
 	ln := listenTest(t, nil)
 	wg := echoServer(ln)
-	peak := 0
+	peak, peakWaiting, maxWaiting := 0, 0, 0
+	start := time.Now()
 	for i := range n {
 		c, err := Dial("rdma", ln.Addr().String())
 		if err != nil {
@@ -54,7 +64,20 @@ func TestDescriptorsAfterChurn(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatalf("cycle %d: close: %v", i, err)
 		}
-		peak = max(peak, cmFDs(t))
+		fds, waiting := cmFDs(t), int(retiring.Load())
+		if fds > peak {
+			peak, peakWaiting = fds, waiting
+		}
+		maxWaiting = max(maxWaiting, waiting)
+		if fds > base+churnFDs {
+			t.Fatalf("cycle %d: %d rdma_cm descriptors while %d closed connections wait for their timewait, want at most %d (%d before the cycles)",
+				i, fds, waiting, base+churnFDs, base)
+		}
+	}
+	t.Logf("%d cycles in %v: %d rdma_cm descriptors before, at most %d during (%d closed connections in timewait then), up to %d closed connections in timewait at once",
+		n, time.Since(start).Round(time.Millisecond), base, peak, peakWaiting, maxWaiting)
+	if maxWaiting <= churnFDs/2 {
+		t.Fatalf("at most %d closed connections in timewait at once: too few to tell a constant count from two descriptors each (more cycles: RDMA_TEST_FD_CYCLES)", maxWaiting)
 	}
 	ln.Close()
 	wg.Wait() // every server side closed

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
@@ -53,8 +54,30 @@ type endpoint struct {
 	established bool          // the connection was established: its QP may go back to the pool
 	parked      pooledQP      // the QP, reset and handed off, waiting for TIMEWAIT_EXIT
 	parkDev     *device       // the device reference the parked QP holds
-	twExit      chan struct{} // closed at the id's TIMEWAIT_EXIT
+	twExit      chan struct{} // closed at the id's TIMEWAIT_EXIT (or when it can no longer come)
 	twOnce      sync.Once
+	twLost      atomic.Bool // twExit was closed without a TIMEWAIT_EXIT
+	// noReuse: a memory window bound on the QP failed to deallocate, so
+	// the QP is destroyed at close, never pooled for another connection.
+	noReuse atomic.Bool
+}
+
+// mwCloseFault, when set (by tests), is the error closeMW reports after
+// deallocating a window.
+var mwCloseFault atomic.Pointer[error]
+
+// closeMW deallocates a memory window bound on the endpoint's QP. If that
+// fails the window may still grant access through the QP, which then must
+// not serve another connection: it is destroyed at close, not pooled.
+func (e *endpoint) closeMW(mw *verbs.MW) error {
+	err := mw.Close()
+	if f := mwCloseFault.Load(); err == nil && f != nil {
+		err = *f
+	}
+	if err != nil {
+		e.noReuse.Store(true)
+	}
+	return err
 }
 
 // Work-request ids: [token:24][kind:8][index:32].

@@ -188,7 +188,7 @@ func (e *Export) close() error {
 	e.once.Do(func() {
 		var errs []error
 		if e.mw != nil {
-			errs = append(errs, e.mw.Close())
+			errs = append(errs, e.c.ep.closeMW(e.mw)) // on failure the QP is destroyed, not pooled
 		}
 		if e.mr != nil {
 			errs = append(errs, e.mr.Close())

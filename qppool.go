@@ -3,6 +3,7 @@
 package rdma
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,11 @@ import (
 //   - It becomes available only after its old connection's rdma_cm id
 //     reported TIMEWAIT_EXIT: until then packets of the old connection may
 //     still arrive for its QP number. The id is kept until then (bounded by
-//     qpTimewaitMax; past that the QP is destroyed instead).
+//     qpTimewaitMax; past that the QP is destroyed instead), on the
+//     process's timewait channel: the connection's own channel closes at
+//     Close.
+//   - A QP on which a memory window failed to deallocate is destroyed,
+//     never pooled: the window might still reach memory through it.
 //   - It keeps its CQ (a poller's shared CQ): a new connection takes it only
 //     together with that poller. Stale completions of the old connection in
 //     that CQ carry the old connection's token and are dropped.
@@ -160,10 +165,11 @@ func (e *endpoint) takePooledQP(s qpShape, h poller.Handler) bool {
 
 // parkQP is the first half of giving an established connection's QP back:
 // reset it and take it from the connection (Handoff). It reports whether
-// the QP was parked; if not, the caller destroys it. The device reference
-// passes to the parked QP (retire drops it).
+// the QP was parked; if not, the caller destroys it. A QP on which a
+// memory window failed to deallocate is never parked. The device
+// reference passes to the parked QP (retire drops it).
 func (e *endpoint) parkQP() bool {
-	if !e.established || e.dev == nil || e.dev.qpMax.Load() <= 0 {
+	if !e.established || e.dev == nil || e.dev.qpMax.Load() <= 0 || e.noReuse.Load() {
 		return false
 	}
 	if err := e.qp.Reset(e.lim); err != nil {
@@ -180,40 +186,165 @@ func (e *endpoint) parkQP() bool {
 }
 
 // timewaitExit records the connection's RDMA_CM_EVENT_TIMEWAIT_EXIT (from
-// the Conn's event loop).
+// the Conn's event loop, or the timewait channel's).
 func (e *endpoint) timewaitExit() {
 	e.twOnce.Do(func() { close(e.twExit) })
 }
 
-// retire is the second half, after the connection released everything
-// else: it waits for TIMEWAIT_EXIT on the connection's id (at most
-// qpTimewaitMax), destroys the id and its channel, waits for the event
-// loop to end, then pools the QP (or destroys it) and drops the device
-// reference the parked QP held. It runs on its own goroutine: Close does
-// not wait for the timewait.
-func (e *endpoint) retire(id *rdmacm.ID, ch *rdmacm.Channel, eventsDone <-chan struct{}) {
+// timewaitLost ends the wait for TIMEWAIT_EXIT without it (the device was
+// removed, or the id's events can no longer be read): the QP is destroyed.
+func (e *endpoint) timewaitLost() {
+	e.twLost.Store(true)
+	e.timewaitExit()
+}
+
+// awaitTimewait is the second half, once the connection released
+// everything else and its event loop ended: the id moves to the channel
+// shared by the ids in timewait, the connection's own channel closes now
+// (it holds no id any more, so it is kept for the next connection), and
+// retire waits for the id's TIMEWAIT_EXIT on its own goroutine: Close
+// does not wait for the timewait, and a closed connection in timewait
+// holds no descriptor of its own.
+func (e *endpoint) awaitTimewait(id *rdmacm.ID, ch *rdmacm.Channel) {
+	if err := timewaitAdopt(id, e); err != nil {
+		// No channel to wait on: the QP cannot learn its TIMEWAIT_EXIT.
+		id.Destroy()
+		id = nil
+		e.timewaitLost()
+	}
+	ch.Close()
+	go e.retire(id)
+}
+
+// retire waits for TIMEWAIT_EXIT on the connection's id (at most
+// qpTimewaitMax), destroys the id, then pools the QP (or destroys it)
+// and drops the device reference the parked QP held.
+func (e *endpoint) retire(id *rdmacm.ID) {
 	defer retiring.Add(-1)
 	t := time.NewTimer(time.Duration(qpTimewaitMax.Load()))
 	defer t.Stop()
 	exited := false
 	select {
 	case <-e.twExit:
-		exited = true
+		exited = !e.twLost.Load()
 	case <-t.C:
 	}
-	id.Destroy()
-	ch.Close()
-	<-eventsDone
+	if id != nil {
+		timewaitLeave(id)
+	}
 	d, q := e.parkDev, e.parked
-	if !exited {
+	// A window whose dealloc failed after the QP was parked (an Export
+	// closed while the connection closed) also keeps it from the pool.
+	reuse := exited && !e.noReuse.Load()
+	if !reuse {
 		d.qps.count(func(st *qpPoolStats) { st.Destroyed++ })
 	}
-	if !exited || !d.qps.put(e.shape, q, int(d.qpMax.Load())) {
+	if !reuse || !d.qps.put(e.shape, q, int(d.qpMax.Load())) {
 		if err := q.qp.Close(); err != nil {
 			teardownErr.Store(&err)
 		}
 	}
 	d.release()
+}
+
+// The timewait channel: the ids of closed connections waiting for their
+// TIMEWAIT_EXIT are migrated (rdma_migrate_id) to one process-wide event
+// channel, read by one goroutine that hands each id's events to its
+// endpoint. The channel is opened with the first id and closed with the
+// last (Channel.Close keeps it a while for the next user, idle.go), so a
+// process with no connection in timewait holds neither it nor the
+// goroutine.
+//
+// rdma_migrate_id waits until the id's events read on its old channel are
+// acknowledged, and moves those not yet read to the new one: the Conn's
+// event loop (which acknowledges each event as it reads it) ends before
+// the migration, so no event is lost or read twice.
+var timewait struct {
+	mu   sync.Mutex
+	ch   *rdmacm.Channel // nil while no id waits
+	done chan struct{}   // closed when ch's reader ends
+	n    int             // ids adopted and not yet left
+	eps  map[*rdmacm.ID]*endpoint
+}
+
+// timewaitAdopt moves id to the timewait channel, where its events reach e.
+func timewaitAdopt(id *rdmacm.ID, e *endpoint) error {
+	timewait.mu.Lock()
+	if timewait.ch == nil {
+		ch, err := rdmacm.NewChannel()
+		if err != nil {
+			timewait.mu.Unlock()
+			return err
+		}
+		timewait.ch, timewait.done = ch, make(chan struct{})
+		timewait.eps = make(map[*rdmacm.ID]*endpoint)
+		go timewaitLoop(ch, timewait.done)
+	}
+	ch := timewait.ch
+	timewait.n++
+	timewait.eps[id] = e
+	timewait.mu.Unlock()
+	if err := id.Migrate(ch); err != nil {
+		timewaitLeave(id)
+		return err
+	}
+	return nil
+}
+
+// timewaitLeave destroys id (adopted by timewaitAdopt) and closes the
+// timewait channel if no other id waits on it.
+func timewaitLeave(id *rdmacm.ID) {
+	id.Destroy()
+	timewait.mu.Lock()
+	delete(timewait.eps, id)
+	timewait.n--
+	var ch *rdmacm.Channel
+	var done chan struct{}
+	if timewait.n == 0 {
+		ch, done = timewait.ch, timewait.done
+		timewait.ch, timewait.done, timewait.eps = nil, nil, nil
+	}
+	timewait.mu.Unlock()
+	if ch != nil {
+		ch.Close()
+		<-done
+	}
+}
+
+// timewaitLoop reads the timewait channel until it is closed.
+func timewaitLoop(ch *rdmacm.Channel, done chan struct{}) {
+	defer close(done)
+	for {
+		ev, err := ch.Next(context.Background())
+		if err != nil {
+			if !errors.Is(err, rdmacm.ErrChannelClosed) {
+				// The channel failed: no id on it learns its TIMEWAIT_EXIT.
+				timewait.mu.Lock()
+				for _, e := range timewait.eps {
+					e.timewaitLost()
+				}
+				timewait.mu.Unlock()
+			}
+			return
+		}
+		timewait.mu.Lock()
+		e := timewait.eps[ev.ID]
+		timewait.mu.Unlock()
+		if e == nil {
+			continue
+		}
+		switch ev.Type {
+		case rdmacm.EventDisconnected:
+			// The peer's DREQ (or its answer to ours, which needs none):
+			// answering it is what starts the id's timewait when both
+			// sides sent a DREQ.
+			ev.ID.Disconnect()
+		case rdmacm.EventTimewaitExit:
+			e.timewaitExit()
+		case rdmacm.EventDeviceRemoval:
+			e.timewaitLost()
+		}
+	}
 }
 
 // retiring counts parked QPs not yet pooled or destroyed.

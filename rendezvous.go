@@ -372,7 +372,7 @@ func (c *Conn) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 	}
 	for i, mw := range c.rvMW {
 		if mw != nil {
-			mw.Close() // on failure the QP's destruction still ends the window (type 2 windows live on one QP)
+			c.ep.closeMW(mw) // on failure the QP is destroyed, not pooled: its destruction ends the window (type 2 windows live on one QP)
 			c.rvMW[i] = nil
 		}
 	}
