@@ -63,6 +63,9 @@ func (c *Config) check() error {
 		return bad("TrafficClass", c.TrafficClass, "want 0..%d (the GRH traffic class is 8 bits: DSCP << 2 | ECN)",
 			maxTrafficClass)
 	}
+	if c.MaxUnreadBytes < 0 {
+		return bad("MaxUnreadBytes", c.MaxUnreadBytes, "want 0 (%d MiB) or a positive number of bytes", defaultMaxUnread>>20)
+	}
 	if c.QPPool > maxQPPool {
 		return bad("QPPool", c.QPPool, "want 0 (64), a negative value (no pool) or up to %d QPs per device", maxQPPool)
 	}
@@ -74,6 +77,9 @@ func (c *Config) check() error {
 
 // The QP pool's and the device linger's bounds (Config.QPPool,
 // Config.DeviceLinger) and defaults.
+// defaultMaxUnread is Config.MaxUnreadBytes's default.
+const defaultMaxUnread = 16 << 20
+
 const (
 	maxQPPool           = 4096
 	defaultQPPool       = 64

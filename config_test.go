@@ -15,6 +15,7 @@ var documentedDefaults = Config{
 	RecvBuffers:    64,
 	SendBuffers:    64,
 	BufferSize:     32 << 10,
+	MaxUnreadBytes: 16 << 20,
 	ConnectTimeout: 15 * time.Second,
 	CloseTimeout:   5 * time.Second,
 	RetryCount:     6,
@@ -43,7 +44,7 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigKeepsSetValues(t *testing.T) {
 	in := Config{
-		RecvBuffers: 16, SendBuffers: 8, BufferSize: 4096, MaxMessageSize: 1 << 20,
+		RecvBuffers: 16, SendBuffers: 8, BufferSize: 4096, MaxMessageSize: 1 << 20, MaxUnreadBytes: 1 << 20,
 		ConnectTimeout: time.Second, CloseTimeout: 2 * time.Second, RetryCount: 3,
 		KeepAlive: -1, AckTimeout: 65 * time.Millisecond, RNRRetry: 1, MinRNRTimer: time.Millisecond,
 		MaxPathMTU: 2048, ServiceLevel: 3, TrafficClass: 104,

@@ -30,12 +30,19 @@ type device struct {
 	// windows: the device has type 2 memory windows, so a message larger
 	// than the peer's receive buffers can be lent to the peer for one RDMA
 	// READ (rendezvous.go) without registering memory on the data path.
-	windows    bool
-	faultState             // faults.go: async events, the connections they affect
-	qps        qpPool      // reset QPs for new connections (qppool.go)
-	ports      portCache   // the ports' limits, cached (portcache.go)
-	linger     *time.Timer // set while the device waits, unused, for a new connection (devices.mu)
-	lingerGen  uint64      // which linger timer is current (devices.mu)
+	windows bool
+	// lendExact: the device bounds a window's accesses by the MR it is
+	// bound over, not by the window's own range (Soft-RoCE), so a large
+	// message is lent through a registration of exactly its bytes
+	// (rendezvous.go) rather than through its arena's MR.
+	lendExact  bool
+	lendMRs    mrFreeList   // lendExact's MR structures, for reuse
+	unread     unreadBudget // received large messages held, all connections (half the pool)
+	faultState              // faults.go: async events, the connections they affect
+	qps        qpPool       // reset QPs for new connections (qppool.go)
+	ports      portCache    // the ports' limits, cached (portcache.go)
+	linger     *time.Timer  // set while the device waits, unused, for a new connection (devices.mu)
+	lingerGen  uint64       // which linger timer is current (devices.mu)
 	// From the Config of the device's first connection (atomics: the
 	// tests change them): Config.QPPool and Config.DeviceLinger, resolved.
 	qpMax     atomic.Int32
@@ -96,6 +103,7 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	}
 	attr := d.attr
 	d.windows = attr.MemWindow2
+	d.lendExact = isSoftRoCE(ctx.Name())
 	d.reg = &registrar{pd: d.pd, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.windows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself
@@ -105,6 +113,11 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	// From a new goroutine: a release may come from under a Conn's lock or
 	// from a poller, and teardown takes devices.mu and stops the pollers.
 	onIdle := func() { go d.bufReturned() }
+	poolMax := cfg.PoolMaxBytes
+	if poolMax == 0 {
+		poolMax = 1 << 30 // the pool's default
+	}
+	d.unread.max = poolMax / 2
 	if d.pool, err = buffer.NewPool(d.reg, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize),
 		TrackAllocations: trackAllocations, OnIdle: onIdle}); err != nil {
 		return nil, err

@@ -195,6 +195,23 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	// wait may poll the CQ and dispatch completions, which takes c.mu.
 	var w poller.Waiter
 	defer w.End()
+	// A large message's own registration (lendRegistration), made before
+	// the lock: registering takes a system call and pins pages, and the
+	// connection's completions need the lock meanwhile. It is handed to
+	// the send slot, or deregistered (after the unlock) if the send fails
+	// before.
+	var exact *verbs.MR
+	if b.Len() > c.peerBufSize && b.Len() <= c.peerMaxMsg {
+		var err error
+		if exact, err = c.lendRegistration(b); err != nil {
+			return err
+		}
+		defer func() {
+			if exact != nil {
+				c.dev.closeLendMR(exact)
+			}
+		}()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if b.Len() > c.peerMaxMsg {
@@ -232,7 +249,9 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	c.msgAsync[slot] = async
 	c.msgID[slot] = id
 	if large {
-		if err := c.sendRendezvousLocked(b, slot); err != nil {
+		mr := exact
+		exact = nil // the slot's now
+		if err := c.sendRendezvousLocked(b, slot, mr); err != nil {
 			c.msgSend[slot] = buffer.Buf{}
 			c.msgFree = append(c.msgFree, slot)
 			return err

@@ -258,6 +258,17 @@ type Config struct {
 	// RDMA READ into a pool buffer of their size. 0 means the pool's largest
 	// buffer (4 MiB, or BufferSize if larger); never less than BufferSize.
 	MaxMessageSize int
+	// MaxUnreadBytes bounds the bytes of received large messages (those
+	// above BufferSize, read by RDMA READ into pool buffers) a connection
+	// holds until the application releases them. Past it the next large
+	// message is read only when the application releases one; the peer,
+	// its credits spent, waits meanwhile, and nothing is lost. A message
+	// larger than the bound is read when the connection holds none.
+	// Besides, all connections on a device together hold at most half of
+	// its PoolMaxBytes in such messages, so that however many connections
+	// a peer opens, the rest of the pool stays for the others. 0 means
+	// 16 MiB; negative values are refused.
+	MaxUnreadBytes int64
 	// ConnectTimeout bounds address and route resolution and the handshake
 	// when the dialer has no earlier deadline. 0 means 15 s.
 	ConnectTimeout time.Duration
@@ -372,7 +383,8 @@ type Config struct {
 	// connection is set up; connections share a device's pollers and pool.
 
 	// PoolMaxBytes caps the registered buffer pool of each device (send and
-	// receive rings and Alloc'd messages). 0 means 1 GiB.
+	// receive rings and Alloc'd messages). 0 means 1 GiB. The TCP fallback's
+	// process-wide pool takes its cap from the first fallback user's.
 	PoolMaxBytes int64
 	// QPPool is how many queue pairs of closed connections each device
 	// keeps, reset, for new connections: a connection that takes one skips
@@ -439,6 +451,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.CloseTimeout == 0 {
 		out.CloseTimeout = 5 * time.Second
+	}
+	if out.MaxUnreadBytes == 0 {
+		out.MaxUnreadBytes = defaultMaxUnread
 	}
 	if out.PollSpin == 0 {
 		out.PollSpin = 50 * time.Microsecond

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"syscall"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/verbs"
@@ -26,8 +28,16 @@ import (
 //
 // The sender's memory is reachable only through a type 2 memory window:
 // bound to exactly b, valid on this connection's QP alone, and revoked as
-// soon as the receiver says it is done (or the connection ends). Binding a
-// window registers nothing, so the data path still never calls ibv_reg_mr.
+// soon as the receiver says it is done (or the connection ends). Where the
+// device bounds a window's accesses by its window (hardware NICs), the
+// window is bound over the arena's MR and the data path registers nothing.
+// Soft-RoCE checks an access against the MR the window is bound over, not
+// against the window, so a window over the arena's MR would let the peer
+// read the whole arena, which other connections' rings and messages share:
+// there b gets an MR of exactly its bytes (no remote rights of its own)
+// for the window to be bound over, registered before Send takes the
+// connection's lock and deregistered once the window is revoked
+// (lendRegistration). Exports do the same on every device (onesided.go).
 //
 // The announcement holds its receive buffer until the user releases the
 // delivered message, so a receiver lends out no more than its receive
@@ -40,6 +50,7 @@ import (
 type rendezvousState struct {
 	peerMaxMsg int         // largest message Send takes: peerBufSize, or more by rendezvous
 	rvMW       []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
+	rvMR       []*verbs.MR // by send slot: the registration of exactly its buffer (lendExact devices), until revoked
 	rvSending  []bool      // by send slot: lent to the peer, waiting for its done
 	rvOut      int         // send slots in a rendezvous (until the window is revoked)
 	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
@@ -50,6 +61,7 @@ type rendezvousState struct {
 	inLen      int
 	rvStalled  int             // incoming rendezvous without a buffer or a posted READ
 	rvReads    int             // READs in flight
+	rvHeld     int64           // bytes of pool buffers taken for incoming large messages, until released (MaxUnreadBytes)
 	rvDone     []uint32        // done answers waiting for send-queue room
 	rvInval    []int           // send slots whose window waits to be invalidated
 	rvCtx      context.Context // ends at release: stops waits for pool buffers
@@ -79,8 +91,9 @@ type rvRecv struct {
 // pool and the announcement's receive buffer is reposted (its credit goes
 // back to the peer).
 type bigSlot struct {
-	c   *Conn
-	idx int
+	c    *Conn
+	idx  int
+	held int64 // the delivered message's charge (MaxUnreadBytes, the device's unread budget)
 }
 
 func (r *bigSlot) Recycle(b buffer.Buf) {
@@ -88,8 +101,21 @@ func (r *bigSlot) Recycle(b buffer.Buf) {
 	c := r.c
 	c.mu.Lock()
 	rb := c.ep.recv[r.idx]
+	c.unchargeLocked(r.held)
+	r.held = 0
+	c.pumpRendezvousLocked() // a large message may wait for the bytes
 	c.mu.Unlock()
 	c.recycleRecv(r.idx, rb)
+}
+
+// unchargeLocked gives back n bytes of incoming large messages: the
+// connection's share and the device's.
+func (c *Conn) unchargeLocked(n int64) {
+	if n == 0 {
+		return
+	}
+	c.rvHeld -= n
+	c.dev.unread.release(n)
 }
 
 // maxRecvMessage is the largest message this side accepts (Config.MaxMessageSize).
@@ -115,7 +141,7 @@ func (c *Conn) initRendezvousIn() {
 	c.rvIn = make([]rvRecv, c.ep.maxRecv)
 	c.bigSlots = make([]bigSlot, c.ep.maxRecv)
 	for i := range c.bigSlots {
-		c.bigSlots[i] = bigSlot{c, i}
+		c.bigSlots[i] = bigSlot{c: c, idx: i}
 	}
 	c.bigRefs = buffer.NewRecyclerRefs(len(c.bigSlots), func(i int) buffer.Recycler { return &c.bigSlots[i] })
 	c.inbox = make([]int, c.ep.maxRecv)
@@ -131,25 +157,86 @@ func (c *Conn) initRendezvousOut() {
 	}
 	c.rvInval = make([]int, 0, c.ep.maxMsgs)
 	c.rvMW = make([]*verbs.MW, c.ep.maxMsgs)
+	c.rvMR = make([]*verbs.MR, c.ep.maxMsgs)
 	c.rvSending = make([]bool, c.ep.maxMsgs)
+}
+
+// lendRegistration registers exactly b's bytes for a window to be bound
+// over, on devices that bound a window's accesses by its MR (lendExact);
+// elsewhere it returns nil and the window is bound over b's arena. The MR
+// grants no remote access by itself.
+func (c *Conn) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
+	if !c.dev.lendExact {
+		return nil, nil
+	}
+	mr := c.dev.lendMRs.get()
+	if err := c.dev.pd.RegMRInto(mr, b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+		c.dev.lendMRs.put(mr)
+		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
+			return nil, memlockError(err, b.Len())
+		}
+		return nil, fmt.Errorf("registering a %d-byte message to lend it: %w", b.Len(), err)
+	}
+	return mr, nil
+}
+
+// mrFreeList recycles the MR structures of lendRegistration, so that a
+// large message allocates nothing. It holds as many as were ever lent at
+// once on the device.
+type mrFreeList struct {
+	mu   sync.Mutex
+	free []*verbs.MR
+}
+
+func (l *mrFreeList) get() *verbs.MR {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		mr := l.free[n-1]
+		l.free = l.free[:n-1]
+		return mr
+	}
+	return new(verbs.MR)
+}
+
+func (l *mrFreeList) put(mr *verbs.MR) {
+	l.mu.Lock()
+	l.free = append(l.free, mr)
+	l.mu.Unlock()
+}
+
+// closeLendMR deregisters a registration made by lendRegistration on d.
+func (d *device) closeLendMR(mr *verbs.MR) {
+	if err := mr.Close(); err != nil {
+		e := err // only a failure's error goes to the heap
+		teardownErr.Store(&e)
+		return // not reusable
+	}
+	d.lendMRs.put(mr)
 }
 
 // sendRendezvousLocked lends b to the peer through send slot slot's window
 // and announces it. The caller reserved the slot, a credit and two
-// send-queue entries.
-func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
+// send-queue entries; exact is b's own registration (lendRegistration) or
+// nil, and belongs to the slot from here on whatever the outcome.
+func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) error {
 	c.initRendezvousOut()
+	c.closeLendMRLocked(slot) // a failed send's, if one is left
+	c.rvMR[slot] = exact
 	mw := c.rvMW[slot]
 	if mw == nil {
 		var err error
 		if mw, err = c.dev.pd.AllocMW(); err != nil {
+			c.closeLendMRLocked(slot)
 			return err
 		}
 		c.rvMW[slot] = mw
 	}
-	mr := c.dev.reg.mr(b)
+	mr := exact
 	if mr == nil {
-		return errors.New("rendezvous: the buffer's memory registration is gone")
+		if mr = c.dev.reg.mr(b); mr == nil {
+			return errors.New("rendezvous: the buffer's memory registration is gone")
+		}
 	}
 	// The bind and the announcement go in one post list: one doorbell. The
 	// bind asks for no completion of its own: the announcement's, or a later
@@ -181,6 +268,15 @@ func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int) error {
 	return nil
 }
 
+// closeLendMRLocked deregisters send slot slot's own registration, if it
+// has one, once no window is bound over it.
+func (c *Conn) closeLendMRLocked(slot int) {
+	if mr := c.rvMR[slot]; mr != nil {
+		c.rvMR[slot] = nil
+		c.dev.closeLendMR(mr)
+	}
+}
+
 // rendezvousDoneLocked: the peer has read the message of send slot id, so
 // revoke its window; the buffer is released when the invalidate completes.
 func (c *Conn) rendezvousDoneLocked(id uint32) {
@@ -209,8 +305,17 @@ func (c *Conn) rendezvousInLocked(idx, n int) {
 	c.rvIn[idx] = rvRecv{state: rvNeedBuf, desc: d}
 	c.inboxPushLocked(idx)
 	c.rvStalled++
+	if holdRendezvous != nil && holdRendezvous(d) {
+		c.rvIn[idx].state = rvWaitPool // the pump waits at it, as for a pool buffer
+		return
+	}
 	c.pumpRendezvousLocked()
 }
+
+// holdRendezvous, set by tests before their connections exist, sees each
+// incoming announcement and, by returning true, leaves the message unread
+// (its window bound) until the test resumes it.
+var holdRendezvous func(wire.Rendezvous) bool
 
 // pumpRendezvousLocked posts what rendezvous wait for, as send-queue room
 // allows: the invalidates of our windows the peer is done with, the done
@@ -242,6 +347,20 @@ func (c *Conn) pumpRendezvousLocked() {
 			return // first in line for the pool: later ones wait behind it
 		}
 		if r.state == rvNeedBuf {
+			// What a peer makes this side hold is bounded before any
+			// buffer is taken: the connection's share (MaxUnreadBytes; a
+			// release pumps again) and the device's (a goroutine waits for
+			// it, as for the pool).
+			n := int64(r.desc.Region.Len)
+			if c.rvHeld > 0 && c.rvHeld+n > c.cfg.MaxUnreadBytes {
+				return
+			}
+			if !c.dev.unread.tryCharge(n) {
+				r.state = rvWaitPool
+				go c.awaitBuffer(idx, int(n), false)
+				return
+			}
+			c.rvHeld += n
 			b, err := c.dev.pool.TryGet(int(r.desc.Region.Len))
 			switch {
 			case errors.Is(err, buffer.ErrNoFree) || errors.Is(err, buffer.ErrExhausted):
@@ -252,9 +371,11 @@ func (c *Conn) pumpRendezvousLocked() {
 				// and the ones behind it (which could not be delivered before
 				// it anyway) take no buffer that it needs.
 				r.state = rvWaitPool
-				go c.awaitBuffer(idx, int(r.desc.Region.Len))
+				c.rvHeld -= n // charged again when the buffer comes
+				go c.awaitBuffer(idx, int(n), true)
 				return
 			case err != nil:
+				c.unchargeLocked(n)
 				c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", r.desc.Region.Len, err))
 				return
 			}
@@ -273,10 +394,15 @@ func (c *Conn) pumpRendezvousLocked() {
 	}
 }
 
-// awaitBuffer waits for the pool to have a buffer for the rendezvous in
-// receive buffer idx; nothing is lost meanwhile, the peer's buffer stays
-// lent to us.
-func (c *Conn) awaitBuffer(idx, n int) {
+// awaitBuffer waits for the device's unread budget (unless charged) and
+// the pool to have room for the rendezvous in receive buffer idx; nothing
+// is lost meanwhile, the peer's buffer stays lent to us.
+func (c *Conn) awaitBuffer(idx, n int, charged bool) {
+	if !charged {
+		if c.dev.unread.charge(c.rvCtx, int64(n)) != nil {
+			return // the connection is being released
+		}
+	}
 	// An arena, if the pool needs one, is registered at low priority
 	// (lowprio.go); with the pool at its limit, GetWait waits for a
 	// release.
@@ -289,14 +415,17 @@ func (c *Conn) awaitBuffer(idx, n int) {
 			b.Free()
 			c.dev.bufReturned() // the device may be waiting for its last buffer
 		}
+		c.dev.unread.release(int64(n))
 		return
 	}
 	if err != nil {
+		c.dev.unread.release(int64(n))
 		if c.rvCtx.Err() == nil {
 			c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", n, err))
 		}
 		return
 	}
+	c.rvHeld += int64(n)
 	c.rvIn[idx].buf, c.rvIn[idx].state = b, rvNeedPost
 	c.pumpRendezvousLocked()
 }
@@ -341,6 +470,7 @@ func (c *Conn) drainInboxLocked() {
 		case rvNone:
 			c.mq.push(c.ep.recv[idx])
 		case rvReady:
+			c.bigSlots[idx].held = int64(r.desc.Region.Len)
 			r.buf.SetRecyclerRef(&c.bigRefs[idx])
 			c.mq.push(r.buf)
 			*r = rvRecv{}
@@ -366,6 +496,7 @@ func (c *Conn) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 		c.inHead = (c.inHead + 1) % len(c.inbox)
 		if c.rvIn[idx].buf.Valid() {
 			rel = append(rel, c.rvIn[idx].buf)
+			c.unchargeLocked(int64(c.rvIn[idx].desc.Region.Len))
 		}
 		c.rvIn[idx] = rvRecv{}
 		c.lent[idx] = false
@@ -375,6 +506,9 @@ func (c *Conn) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 			c.ep.closeMW(mw) // on failure the QP is destroyed, not pooled: its destruction ends the window (type 2 windows live on one QP)
 			c.rvMW[i] = nil
 		}
+	}
+	for i := range c.rvMR {
+		c.closeLendMRLocked(i) // after the windows: an MR with a window bound over it cannot be deregistered
 	}
 	return rel
 }

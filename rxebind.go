@@ -44,8 +44,7 @@ var forceQuietBind bool
 var bindAnytime = sync.OnceValue(func() bool { return os.Getenv("VERBLINE_TEST_RXE_BIND_ANYTIME") == "1" })
 
 // quietBind reports whether windows must be bound into an empty send
-// queue on d: Soft-RoCE devices, which have a "parent" (their netdev) in
-// sysfs that hardware devices do not.
+// queue on d: Soft-RoCE devices.
 func (d *device) quietBind() bool {
 	if forceQuietBind {
 		return true
@@ -56,10 +55,17 @@ func (d *device) quietBind() bool {
 	if v, ok := rxeDevices.Load(d.key); ok {
 		return v.(bool)
 	}
-	_, err := os.Stat("/sys/class/infiniband/" + d.ctx.Name() + "/parent")
-	rxe := err == nil
+	rxe := isSoftRoCE(d.ctx.Name())
 	rxeDevices.Store(d.key, rxe)
 	return rxe
+}
+
+// isSoftRoCE reports whether the named device is a Soft-RoCE (rxe) device:
+// those have a "parent" (their netdev) in sysfs that hardware devices do
+// not.
+func isSoftRoCE(name string) bool {
+	_, err := os.Stat("/sys/class/infiniband/" + name + "/parent")
+	return err == nil
 }
 
 // bindReadyLocked reports whether a memory window may be bound on this

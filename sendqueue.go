@@ -160,6 +160,9 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 	case wrInval: // the peer read a large message; its window is revoked
 		c.sendFailedLocked(wc)
 		c.rvOut--
+		if wc.Status == verbs.WCSuccess {
+			c.closeLendMRLocked(e.idx) // else the window may still be bound: release deregisters it
+		}
 		c.msgDoneLocked(e.idx, wcErr(wc))
 	case wrReadRv:
 		c.readDoneLocked(e.idx, wc)

@@ -60,8 +60,19 @@ type MR struct {
 // RegMR registers mem (which must live outside the Go heap, e.g. mmap'd, and
 // stay mapped until the MR is closed) with the given access flags.
 func (p *PD) RegMR(mem []byte, access AccessFlags) (*MR, error) {
+	m := new(MR)
+	if err := p.RegMRInto(m, mem, access); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// RegMRInto is RegMR into m, a zero MR or one closed by Close without
+// error: a caller registering on its data path reuses its MRs instead of
+// allocating one per registration.
+func (p *PD) RegMRInto(m *MR, mem []byte, access AccessFlags) error {
 	if len(mem) == 0 {
-		return nil, fmt.Errorf("ibv_reg_mr: empty buffer")
+		return fmt.Errorf("ibv_reg_mr: empty buffer")
 	}
 	addr := unsafe.Pointer(unsafe.SliceData(mem))
 	mr, err := C.ibv_reg_mr(p.pd, addr, C.size_t(len(mem)), C.int(access))
@@ -71,9 +82,13 @@ func (p *PD) RegMR(mem []byte, access AccessFlags) (*MR, error) {
 			e = fmt.Errorf("%w (the locked-memory limit is probably too low: raise it with `ulimit -l unlimited` "+
 				"or LimitMEMLOCK=infinity in the service unit)", e)
 		}
-		return nil, e
+		return e
 	}
-	return &MR{mr: mr, pd: p, addr: uintptr(addr), size: len(mem), LKey: uint32(mr.lkey), RKey: uint32(mr.rkey)}, nil
+	m.mu.Lock()
+	m.mr, m.pd, m.addr, m.size = mr, p, uintptr(addr), len(mem)
+	m.LKey, m.RKey = uint32(mr.lkey), uint32(mr.rkey)
+	m.mu.Unlock()
+	return nil
 }
 
 // Addr is the registered region's start address (for remote access descriptors).
