@@ -244,8 +244,8 @@ func TestFallbackRefusedFallsBackRDMA(t *testing.T) {
 
 // A peer that answers neither rdma_cm nor TCP (an address on the RDMA
 // netdev's subnet where no host is): the RDMA attempt ends at
-// Fallback.RDMATimeout, TCP at the Dialer's Timeout, and the error says
-// both.
+// Fallback.RDMATimeout (the TCP attempt's socket appears then), TCP at the
+// Dialer's Timeout (a timeout), and the error says both.
 func TestFallbackBoundRDMA(t *testing.T) {
 	env := rdmatest.Require(t)
 	checkLeaksAtEnd(t)
@@ -253,26 +253,78 @@ func TestFallbackBoundRDMA(t *testing.T) {
 	if ip == nil {
 		t.Skip("needs an IPv4 test address")
 	}
-	ghost := net.IPv4(ip[0], ip[1], ip[2], ip[3]^0x55).String()
+	ghost := net.IPv4(ip[0], ip[1], ip[2], ip[3]^0x55).To4()
+	const port = 7471
+	// The TCP attempt's socket in /proc/net/tcp: its remote address is the
+	// ghost's, as the kernel prints it (the address's 32 bits in host
+	// order, little-endian here).
+	remote := fmt.Sprintf("%02X%02X%02X%02X:%04X", ghost[3], ghost[2], ghost[1], ghost[0], port)
+	tcpStarted := func() bool {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			t.Error(err)
+			return true
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == remote {
+				return true
+			}
+		}
+		return false
+	}
+	if tcpStarted() {
+		t.Fatalf("a socket to %v:%d exists before the dial", ghost, port)
+	}
 	rdmaBound, total := rdmatest.Scale(100*time.Millisecond), rdmatest.Scale(400*time.Millisecond)
+	slack := rdmatest.Scale(100 * time.Millisecond)
 	d := Dialer{Timeout: total, Fallback: &Fallback{RDMATimeout: rdmaBound}}
 	start := time.Now()
-	_, err := d.DialContext(context.Background(), "rdma", net.JoinHostPort(ghost, "7471"))
+	seen := make(chan time.Duration, 1)
+	stop := make(chan struct{})
+	go func() { // when the TCP attempt starts: the RDMA attempt is over
+		defer close(seen)
+		for {
+			if tcpStarted() {
+				seen <- time.Since(start)
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	_, err := d.DialContext(context.Background(), "rdma", net.JoinHostPort(ghost.String(), strconv.Itoa(port)))
 	el := time.Since(start)
-	t.Logf("after %v: %v", el, err)
+	close(stop)
+	rdmaEnd, ok := <-seen
+	t.Logf("after %v (TCP from %v): %v", el, rdmaEnd, err)
 	if err == nil {
 		t.Fatal("dial to nobody succeeded")
 	}
-	if el > total+rdmatest.Scale(time.Second) {
-		t.Fatalf("dial took %v, bound %v", el, total)
-	}
-	msg := err.Error()
-	if !strings.Contains(msg, "RDMA failed (") || !strings.Contains(msg, "then TCP failed") {
-		// Route resolution may fail before the bound (no neighbour): still a fallback.
+	var fe *fallbackError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "RDMA failed (") || !strings.Contains(err.Error(), "then TCP failed") {
 		t.Fatalf("error does not tell both attempts: %v", err)
 	}
+	// The RDMA attempt: over by Fallback.RDMATimeout (route resolution may
+	// fail before it, with no neighbour: still a fallback); one that waited
+	// for an answer ran until then.
+	if !ok {
+		t.Fatalf("no TCP attempt seen (no socket to %s in /proc/net/tcp)", remote)
+	}
+	if rdmaEnd > rdmaBound+slack {
+		t.Fatalf("the RDMA attempt ended after %v, Fallback.RDMATimeout %v", rdmaEnd, rdmaBound)
+	}
+	if strings.Contains(fe.rdma.Error(), "no answer within Fallback.RDMATimeout") && rdmaEnd < rdmaBound {
+		t.Fatalf("the RDMA attempt ended after %v with no answer, before Fallback.RDMATimeout %v", rdmaEnd, rdmaBound)
+	}
+	// The TCP attempt: ended by the Dialer's Timeout, as a timeout.
 	var ne net.Error
-	if errors.Is(err, os.ErrDeadlineExceeded) && (!errors.As(err, &ne) || !ne.Timeout()) {
-		t.Fatalf("%v: a timeout whose Timeout() is false", err)
+	if !errors.Is(fe.tcp, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("TCP attempt: %v, want a timeout (Dialer.Timeout %v) that says so", fe.tcp, total)
+	}
+	if el < total || el > total+slack {
+		t.Fatalf("dial took %v, want the Dialer's Timeout %v", el, total)
 	}
 }

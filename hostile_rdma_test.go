@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,11 +73,37 @@ func (h *halfOpen) close() {
 	h.ch.Close()
 }
 
+// held is what a listener holds for its handshakes in progress: QPs,
+// cm_ids, descriptors and goroutines.
+type held struct{ qp, cmID, fd, g int }
+
+// holding counts the process's QPs, cm_ids, descriptors (less the event
+// channels kept idle for reuse, two descriptors each, which no listener
+// holds) and goroutines.
+func holding(t *testing.T) held {
+	t.Helper()
+	res := rdmatest.Resources(t)
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held{qp: res["qp"], cmID: res["cm_id"], fd: len(ents) - 2*rdmacm.IdleChannels(), g: runtime.NumGoroutine()}
+}
+
+// listenerHeld is what the listener holds in now beyond base, with raw
+// dialers open: each of them holds one cm_id and one event channel (two
+// descriptors) of its own, no QP and no goroutine.
+func listenerHeld(now, base held, raw int) held {
+	return held{qp: now.qp - base.qp, cmID: now.cmID - base.cmID - raw, fd: now.fd - base.fd - 2*raw, g: now.g - base.g}
+}
+
 // TestHalfOpenFlood: Backlog + 20 dialers that never finish their
 // handshake do not lock out a well-behaved one: the oldest half-open
 // handshakes are dropped to make room, the listener's resources stay
-// bounded by the backlog, and a normal Dial made during the flood
-// succeeds; the listener keeps serving afterwards.
+// bounded by the backlog (the QPs, cm_ids, descriptors and goroutines it
+// holds for the flood are at most Backlog times what one half-open
+// handshake holds), and a normal Dial made during the flood succeeds;
+// the listener keeps serving afterwards.
 func TestHalfOpenFlood(t *testing.T) {
 	const backlog = 8
 	cfg := &Config{Backlog: backlog, HandshakeTimeout: rdmatest.Scale(2 * time.Second)}
@@ -89,15 +118,50 @@ func TestHalfOpenFlood(t *testing.T) {
 			h.close()
 		}
 	}()
-	for i := 0; i < backlog+20; i++ {
+	inProgress := func() int {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return len(ln.halfOpen)
+	}
+	base := holding(t)
+	// What one half-open handshake holds, once it waits for the dialer's
+	// RTU (its QP is created before the listener accepts).
+	flood = append(flood, openHalf(t, addr))
+	for deadline := time.Now().Add(rdmatest.Scale(5 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
+		if one := listenerHeld(holding(t), base, len(flood)); inProgress() == 1 && one.qp == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("one half-open dialer: %d handshakes in progress, listener holds %+v", inProgress(), listenerHeld(holding(t), base, len(flood)))
+		}
+	}
+	one := listenerHeld(holding(t), base, len(flood))
+	t.Logf("one half-open handshake holds %+v", one)
+	bound := held{qp: backlog * one.qp, cmID: backlog * one.cmID, fd: backlog * one.fd, g: backlog*max(one.g, 1) + 2}
+	floodStart := time.Now()
+	for len(flood) < backlog+20 {
 		flood = append(flood, openHalf(t, addr))
 	}
+	// The dropped handshakes end at once, not at their HandshakeTimeout:
+	// well within it, the listener holds no more than the bound.
+	var now held
+	for deadline := floodStart.Add(cfg.HandshakeTimeout / 2); ; time.Sleep(20 * time.Millisecond) {
+		now = listenerHeld(holding(t), base, len(flood))
+		if now.qp <= bound.qp && now.cmID <= bound.cmID && now.fd <= bound.fd && now.g <= bound.g {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d half-open dialers the listener holds %+v, more than Backlog (%d) half-open handshakes (%+v)",
+				len(flood), now, backlog, bound)
+		}
+	}
 	ln.mu.Lock()
-	inProgress, dropped := len(ln.halfOpen), ln.dropped
+	dropped := ln.dropped
 	ln.mu.Unlock()
-	t.Logf("after %d half-open dialers: %d handshakes in progress, %d dropped", len(flood), inProgress, dropped)
-	if inProgress > backlog {
-		t.Fatalf("%d handshakes in progress, backlog %d", inProgress, backlog)
+	t.Logf("after %d half-open dialers: listener holds %+v (bound %+v), %d handshakes in progress, %d dropped",
+		len(flood), now, bound, inProgress(), dropped)
+	if dropped == 0 {
+		t.Fatalf("no handshake dropped for %d half-open dialers, backlog %d", len(flood), backlog)
 	}
 	// A well-behaved dialer gets through during the flood.
 	d := Dialer{Config: *cfg, Timeout: rdmatest.Scale(10 * time.Second)}
@@ -119,15 +183,15 @@ func TestHalfOpenFlood(t *testing.T) {
 	if err := <-accepted; err != nil {
 		t.Fatal(err)
 	}
-	// More half-opens keep dropping the oldest, never more than the backlog.
+	// More half-opens keep dropping the oldest.
 	for i := 0; i < 10; i++ {
 		flood = append(flood, openHalf(t, addr))
 	}
 	ln.mu.Lock()
-	inProgress, dropped = len(ln.halfOpen), ln.dropped
+	n, more := len(ln.halfOpen), ln.dropped-dropped
 	ln.mu.Unlock()
-	if inProgress > backlog || dropped == 0 {
-		t.Fatalf("%d in progress (backlog %d), %d dropped", inProgress, backlog, dropped)
+	if n > backlog || more == 0 {
+		t.Fatalf("%d in progress (backlog %d), %d more dropped", n, backlog, more)
 	}
 	// Once the flood is gone, every half-open handshake ends by the
 	// handshake timeout at the latest.
@@ -137,14 +201,12 @@ func TestHalfOpenFlood(t *testing.T) {
 	flood = nil
 	deadline := time.Now().Add(cfg.HandshakeTimeout + rdmatest.Scale(3*time.Second))
 	for {
-		ln.mu.Lock()
-		inProgress = len(ln.halfOpen)
-		ln.mu.Unlock()
-		if inProgress == 0 {
+		n := inProgress()
+		if n == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d handshakes still in progress after the handshake timeout", inProgress)
+			t.Fatalf("%d handshakes still in progress after the handshake timeout", n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -200,11 +262,11 @@ func TestCloseEndsHalfOpen(t *testing.T) {
 func TestAdmitHook(t *testing.T) {
 	env := rdmatest.Require(t)
 	checkLeaksAtEnd(t)
-	calls := 0
-	var refuse bool
+	var calls atomic.Int32 // the hook runs on goroutines of its own
+	var refuse atomic.Bool
 	lc := ListenConfig{Admit: func(remote netip.AddrPort) error {
-		calls++
-		if refuse {
+		calls.Add(1)
+		if refuse.Load() {
 			return fmt.Errorf("%s is not on the allow list", remote.Addr())
 		}
 		return nil
@@ -236,7 +298,7 @@ func TestAdmitHook(t *testing.T) {
 	defer srv.Close()
 	qps := rdmatest.Resources(t)["qp"]
 
-	refuse = true
+	refuse.Store(true)
 	for i := 0; i < 20; i++ {
 		_, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
 		if err == nil || !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), "not on the allow list") {
@@ -249,14 +311,14 @@ func TestAdmitHook(t *testing.T) {
 	if got := rdmatest.Resources(t)["qp"]; got != qps {
 		t.Fatalf("QPs %d after 20 refused dials, %d before", got, qps)
 	}
-	refuse = false
+	refuse.Store(false)
 	nc, err := d.DialContext(context.Background(), "rdma", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
 	(<-accepted).Close()
-	if calls != 22 {
-		t.Fatalf("Admit called %d times, want 22", calls)
+	if n := calls.Load(); n != 22 {
+		t.Fatalf("Admit called %d times, want 22", n)
 	}
 }

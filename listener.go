@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/wire"
@@ -21,7 +22,10 @@ import (
 // Config.Backlog of them. Handshakes in progress count against the same
 // Backlog: a connect request beyond it drops the oldest one. With Accept's
 // queue full, dialers are refused: their dial fails with ErrHandshake,
-// naming the full backlog.
+// naming the full backlog. ListenConfig.Admit, if set, decides on each
+// connect request first, on a goroutine of its own: at most Backlog hooks
+// run at once, and each answers within HandshakeTimeout or its dialer is
+// refused.
 type Listener struct {
 	fb *fallbackListener // non-nil: ListenConfig.Fallback (fallback.go); every method defers to it
 
@@ -38,7 +42,12 @@ type Listener struct {
 	// against the backlog, and the oldest is dropped when it is full.
 	halfOpen []*handshakeRun
 	dropped  uint64 // handshakes dropped to make room
-	closing  chan struct{}
+	// admitting are the connect requests whose Admit hook has not
+	// answered; hooks counts the hooks running, answered or not (a hook
+	// that never returns keeps its place): at most Backlog.
+	admitting map[*admitRun]struct{}
+	hooks     int
+	closing   chan struct{}
 	// stop is cancelled with closing: the parent of every handshake's
 	// context, so Close ends them without a goroutine per handshake
 	// watching closing.
@@ -60,6 +69,15 @@ type handshakeRun struct {
 	cancel context.CancelFunc
 }
 
+// admitRun is one connect request waiting for ListenConfig.Admit. Whoever
+// takes it off Listener.admitting first answers its request: the hook's
+// goroutine, its timer (HandshakeTimeout) or Close.
+type admitRun struct {
+	ev    rdmacm.Event
+	peer  netip.AddrPort
+	timer *time.Timer
+}
+
 func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_ *Listener, err error) {
 	ch, id, err := newChannelID()
 	if err != nil {
@@ -78,12 +96,13 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 	}
 	l := &Listener{
 		cfg: *cfg, ch: ch, id: id,
-		addr:     &Addr{id.LocalAddr()},
-		acceptq:  make(chan *Conn, cfg.Backlog),
-		admit:    admit,
-		closing:  make(chan struct{}),
-		loopDone: make(chan struct{}),
-		failed:   make(chan struct{}),
+		addr:      &Addr{id.LocalAddr()},
+		acceptq:   make(chan *Conn, cfg.Backlog),
+		admit:     admit,
+		admitting: make(map[*admitRun]struct{}),
+		closing:   make(chan struct{}),
+		loopDone:  make(chan struct{}),
+		failed:    make(chan struct{}),
 	}
 	l.stop, l.stopNow = context.WithCancel(context.Background())
 	if ctx, cerr := id.Context(); cerr == nil { // bound to one device's address (not a wildcard)
@@ -121,37 +140,116 @@ func (l *Listener) loop() {
 		}
 		traceDelivery(ev, " (to the listener's loop)")
 		if l.admit != nil {
-			if err := l.admit(ev.ID.PeerAddr()); err != nil {
-				reject(ev.ID, wire.RejectPolicy, err.Error())
-				continue
-			}
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			reject(ev.ID, wire.RejectShutdown, "listener is closing")
+			l.startAdmit(ev)
 			continue
 		}
-		if len(l.acceptq) >= cap(l.acceptq) {
-			l.mu.Unlock()
-			reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
-			continue
-		}
-		if len(l.acceptq)+len(l.halfOpen) >= cap(l.acceptq) && len(l.halfOpen) > 0 {
-			// Drop the oldest handshake in progress: its dialer has had the
-			// longest to finish, and a flood of dialers that never finish
-			// must not lock out one that does.
-			l.halfOpen[0].cancel()
-			l.halfOpen = l.halfOpen[1:]
-			l.dropped++
-		}
-		ctx, cancel := context.WithTimeout(l.stop, l.cfg.HandshakeTimeout)
-		run := &handshakeRun{cancel: cancel}
-		l.halfOpen = append(l.halfOpen, run)
-		l.pending.Add(1)
-		l.mu.Unlock()
-		go l.handshake(ctx, run, ev)
+		l.admitted(ev)
 	}
+}
+
+// admitted starts the handshake of a connect request the listener takes
+// (Admit, if set, let it in), or refuses it: the listener is closing, or
+// Accept's queue is full.
+func (l *Listener) admitted(ev rdmacm.Event) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		reject(ev.ID, wire.RejectShutdown, "listener is closing")
+		return
+	}
+	if len(l.acceptq) >= cap(l.acceptq) {
+		l.mu.Unlock()
+		reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
+		return
+	}
+	if len(l.acceptq)+len(l.halfOpen) >= cap(l.acceptq) && len(l.halfOpen) > 0 {
+		// Drop the oldest handshake in progress: its dialer has had the
+		// longest to finish, and a flood of dialers that never finish
+		// must not lock out one that does.
+		l.halfOpen[0].cancel()
+		l.halfOpen = l.halfOpen[1:]
+		l.dropped++
+	}
+	ctx, cancel := context.WithTimeout(l.stop, l.cfg.HandshakeTimeout)
+	run := &handshakeRun{cancel: cancel}
+	l.halfOpen = append(l.halfOpen, run)
+	l.pending.Add(1)
+	l.mu.Unlock()
+	go l.handshake(ctx, run, ev)
+}
+
+// startAdmit asks the Admit hook about a connect request on a goroutine of
+// its own, so that a slow hook holds up no other dialer: the loop never
+// waits for a hook. At most Backlog hooks run at once (a request beyond
+// them is refused at once), and a request whose hook has not answered
+// within HandshakeTimeout is refused then.
+func (l *Listener) startAdmit(ev rdmacm.Event) {
+	r := &admitRun{ev: ev, peer: ev.ID.PeerAddr()}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		reject(ev.ID, wire.RejectShutdown, "listener is closing")
+		return
+	}
+	if l.hooks >= cap(l.acceptq) {
+		n := l.hooks
+		l.mu.Unlock()
+		reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("the listener's admission hook (ListenConfig.Admit) "+
+			"has not returned for %d earlier dialers (its Backlog): try again later", n))
+		return
+	}
+	l.hooks++
+	l.admitting[r] = struct{}{}
+	r.timer = time.AfterFunc(l.cfg.HandshakeTimeout, func() { l.admitTimeout(r) })
+	l.mu.Unlock()
+	go l.runAdmit(r)
+}
+
+// takeAdmit takes r off the requests waiting for their hook and reports
+// whether the caller now answers it (no one did yet). The answer counts
+// as pending, so Close waits for it before it closes the channel the
+// request's id lives on. Called with l.mu held.
+func (l *Listener) takeAdmit(r *admitRun) bool {
+	if _, ok := l.admitting[r]; !ok {
+		return false
+	}
+	delete(l.admitting, r)
+	l.pending.Add(1)
+	return true
+}
+
+// runAdmit calls the Admit hook for r and answers r's request with the
+// hook's decision, unless its timer or Close answered it first.
+func (l *Listener) runAdmit(r *admitRun) {
+	err := l.admit(r.peer)
+	l.mu.Lock()
+	l.hooks--
+	mine := l.takeAdmit(r)
+	l.mu.Unlock()
+	if !mine {
+		return
+	}
+	defer l.pending.Done()
+	r.timer.Stop()
+	if err != nil {
+		reject(r.ev.ID, wire.RejectPolicy, err.Error())
+		return
+	}
+	l.admitted(r.ev)
+}
+
+// admitTimeout refuses r's request when its hook has not answered within
+// HandshakeTimeout.
+func (l *Listener) admitTimeout(r *admitRun) {
+	l.mu.Lock()
+	mine := l.takeAdmit(r)
+	l.mu.Unlock()
+	if !mine {
+		return
+	}
+	defer l.pending.Done()
+	reject(r.ev.ID, wire.RejectOverloaded, fmt.Sprintf("the listener's admission hook (ListenConfig.Admit) "+
+		"did not answer within its HandshakeTimeout of %v", l.cfg.HandshakeTimeout))
 }
 
 // fail makes Accept return err from now on (connections already queued
@@ -257,7 +355,15 @@ func (l *Listener) Close() error {
 		l.closed = true
 		close(l.closing)
 		l.stopNow() // ends the handshakes in progress
+		waiting := l.admitting
+		l.admitting = map[*admitRun]struct{}{}
 		l.mu.Unlock()
+		// Requests still waiting for their Admit hook are refused now: the
+		// hooks' answers come to nothing, and Close does not wait for them.
+		for r := range waiting {
+			r.timer.Stop()
+			reject(r.ev.ID, wire.RejectShutdown, "listener is closing")
+		}
 		unregisterListener(l)
 		err := l.id.Destroy()
 		l.pending.Wait()

@@ -380,10 +380,39 @@ func TestOneSidedForged(t *testing.T) {
 			t.Fatalf("exporter memory at %d changed (0x%x): the NIC let an out-of-range write through", i, v)
 		}
 	}
+	t.Logf("forged write: %v", err)
+	exp.Close()
 	// Reads are refused after the export is closed, too (on a new connection:
 	// an RC access error ends the one it happened on).
-	exp.Close()
-	t.Logf("forged write: %v", err)
+	c2, s2, ln2 := dialPair(t, nil)
+	defer ln2.Close()
+	defer c2.Close()
+	defer s2.Close()
+	target2, _ := s2.Alloc(4096)
+	defer target2.Release()
+	copy(target2.Bytes(), bytes.Repeat([]byte("x"), 4096))
+	exp2, err := s2.Export(target2, RemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := exp2.Remote()
+	local2, _ := c2.Alloc(4096)
+	defer local2.Release()
+	if err := c2.ReadRemote(ctx, local2, desc, 0); err != nil || !bytes.Equal(local2.Bytes(), target2.Bytes()) {
+		t.Fatalf("read through the open export: %v", err)
+	}
+	if err := exp2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	clear(local2.Bytes())
+	err = c2.ReadRemote(ctx, local2, desc, 0)
+	t.Logf("read after Export.Close: %v", err)
+	if !errors.Is(err, ErrRemoteAccess) {
+		t.Fatalf("read through a closed export: %v, want ErrRemoteAccess", err)
+	}
+	if bytes.Contains(local2.Bytes(), []byte("x")) {
+		t.Fatal("a read through a closed export returned the exporter's bytes")
+	}
 }
 
 // TestZeroAllocs: the hot paths allocate nothing per message in steady state.
@@ -986,7 +1015,7 @@ func TestRendezvousProtocolErrors(t *testing.T) {
 // buffer's release recycles into the closing connection itself.
 func TestCloseWhileLending(t *testing.T) {
 	waitNoDevice(t)
-	cfg := &Config{BufferSize: 4096, PoolMaxBytes: 16 << 20, CloseTimeout: 300 * time.Millisecond}
+	cfg := &Config{BufferSize: 4096, PoolMaxBytes: 16 << 20, CloseTimeout: rdmatest.Scale(300 * time.Millisecond)}
 	c, s, ln := connPair(t, cfg)
 	defer ln.Close()
 	defer c.Close()
@@ -1020,11 +1049,19 @@ func TestCloseWhileLending(t *testing.T) {
 	if err := s.Send(ctx, r); err != nil { // lent to c, which has no buffer to read it into
 		t.Fatal(err)
 	}
+	// Close waits for the lent message at most CloseTimeout, then tears
+	// the connection down (flushing its work requests: the slack).
+	bound := cfg.CloseTimeout + rdmatest.Scale(100*time.Millisecond)
 	closed := make(chan error, 1)
+	start := time.Now()
 	go func() { closed <- s.Close() }()
 	select {
 	case err := <-closed:
-		t.Logf("Close with a message still lent: %v", err)
+		took := time.Since(start)
+		t.Logf("Close with a message still lent: %v after %v", err, took)
+		if took > bound {
+			t.Fatalf("Close with a message still lent took %v, CloseTimeout %v (bound %v)", took, cfg.CloseTimeout, bound)
+		}
 	case <-time.After(rdmatest.Scale(10 * time.Second)):
 		t.Fatal("Close hung with a received message still lent to the peer")
 	}

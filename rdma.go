@@ -666,8 +666,12 @@ type ListenConfig struct {
 	// Admit, if set, decides on each connect request before anything is
 	// committed to it (no buffer, QP or CQ entry): it gets the dialer's
 	// address, and a non-nil error refuses the dialer, who sees the error's
-	// text as the reason. It runs on the listener's event loop: keep it
-	// fast (a lookup, not a network call).
+	// text as the reason. It runs on a goroutine of its own, so a slow
+	// hook holds up no other dialer, and it may be called concurrently. At
+	// most Backlog calls run at once: while that many have not returned,
+	// further dialers are refused at once. A request whose hook has not
+	// answered within HandshakeTimeout is refused then (the hook's later
+	// answer is ignored; a hook that never returns keeps its place).
 	Admit func(remote netip.AddrPort) error
 	// Fallback, if set, makes the listener accept TCP on the same port too
 	// (see Fallback). nil: RDMA only.
