@@ -44,7 +44,12 @@ var ErrNotRDMA = errors.New("the connection fell back to TCP: one-sided RDMA cal
 // both kinds. On a host or address without RDMA (ErrNoDevice,
 // ErrNotRDMAAddress; every build without cgo) it listens on TCP alone: its
 // Addr().Network() says which ("rdma" when rdma_cm listens too, "tcp"
-// otherwise). Admit, Backlog and HandshakeTimeout apply to TCP dialers too.
+// otherwise). Admit, Backlog and HandshakeTimeout apply to TCP dialers too,
+// with the same promises: Admit runs on a goroutine of its own once the
+// dialer's hello has arrived, at most Backlog hooks run at once, a hook
+// that has not answered within HandshakeTimeout has its dialer refused
+// then, and Close refuses the dialers whose hook has not answered without
+// waiting for it.
 // AcceptRDMA returns the TCP-backed connections too (as *Conn).
 // ListenPacket ignores Fallback (datagrams have no TCP counterpart).
 //
@@ -202,11 +207,14 @@ type fallbackListener struct {
 	closing  chan struct{}
 	once     sync.Once
 	closeErr error
-	wg       sync.WaitGroup // the accept loops and the TCP handshakes
+	wg       sync.WaitGroup // the accept loops and the TCP handshakes, not the Admit hooks
 	mu       sync.Mutex
-	halfOpen int   // TCP handshakes in progress
-	tcpErr   error // the TCP accept loop's end, if not Close
-	tcpDone  chan struct{}
+	halfOpen int // TCP handshakes in progress
+	// hooks counts the Admit hooks running, answered or not (a hook that
+	// never returns keeps its place): at most Backlog.
+	hooks   int
+	tcpErr  error // the TCP accept loop's end, if not Close
+	tcpDone chan struct{}
 }
 
 // listenFallback is ListenConfig.Listen with lc.Fallback set.
@@ -358,18 +366,19 @@ func (f *fallbackListener) tcpLoop() {
 func (f *fallbackListener) handshake(nc *net.TCPConn) {
 	defer f.wg.Done()
 	done := make(chan struct{})
-	go func() { // Close interrupts a handshake in progress
+	cut := make(chan struct{}) // closed once Close has cut nc's I/O short
+	// Close interrupts a handshake in progress.
+	go func() {
 		select {
 		case <-f.closing:
 			nc.SetDeadline(time.Now())
+			close(cut)
 		case <-done:
 		}
 	}()
 	var admit func(*net.TCPConn) error
 	if f.admit != nil {
-		admit = func(nc *net.TCPConn) error {
-			return f.admit(nc.RemoteAddr().(*net.TCPAddr).AddrPort())
-		}
+		admit = func(nc *net.TCPConn) error { return f.runAdmit(nc, cut) }
 	}
 	t, err := tcpHandshakeAccept(nc, &f.cfg, admit)
 	close(done)
@@ -385,6 +394,56 @@ func (f *fallbackListener) handshake(nc *net.TCPConn) {
 	case f.acceptq <- c:
 	case <-f.closing:
 		c.Close()
+	}
+}
+
+// tcpAnswerWrite bounds the write of a TCP handshake's answer (a hello or
+// a reject, a few hundred bytes at most) after the wait for Admit: the
+// handshake's own deadline may have passed while the hook ran.
+const tcpAnswerWrite = time.Second
+
+// runAdmit asks the Admit hook about nc's dialer and returns its answer,
+// the error being the reason tcpHandshakeAccept sends the dialer. The hook
+// runs on a goroutine of its own, which the handshake waits for at most
+// HandshakeTimeout, and not past Close (cut closed): then the dialer is
+// refused, and the hook's later answer is dropped. At most Backlog hooks
+// run at once: beyond them, the dialer is refused at once.
+func (f *fallbackListener) runAdmit(nc *net.TCPConn, cut <-chan struct{}) error {
+	refuse := func(reason string) error {
+		nc.SetWriteDeadline(time.Now().Add(tcpAnswerWrite))
+		return errors.New(reason)
+	}
+	if isClosedChan(f.closing) {
+		<-cut
+		return refuse("listener is closing")
+	}
+	peer := nc.RemoteAddr().(*net.TCPAddr).AddrPort()
+	f.mu.Lock()
+	if f.hooks >= cap(f.acceptq) {
+		n := f.hooks
+		f.mu.Unlock()
+		return errors.New(admitBusyReason(n))
+	}
+	f.hooks++
+	f.mu.Unlock()
+	answer := make(chan error, 1) // the hook's goroutine never waits for the handshake
+	go func() {
+		err := f.admit(peer)
+		f.mu.Lock()
+		f.hooks--
+		f.mu.Unlock()
+		answer <- err
+	}()
+	timer := time.NewTimer(f.cfg.HandshakeTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-answer:
+		nc.SetWriteDeadline(time.Now().Add(tcpAnswerWrite))
+		return err
+	case <-timer.C:
+		return refuse(admitTimeoutReason(f.cfg.HandshakeTimeout))
+	case <-cut:
+		return refuse("listener is closing")
 	}
 }
 
@@ -455,4 +514,17 @@ func (l *Listener) TCPOnlyReason() error {
 		return nil
 	}
 	return l.fb.noRDMA
+}
+
+// admitTimeoutReason is the reason a dialer reads when the listener's
+// Admit hook has not answered within HandshakeTimeout d.
+func admitTimeoutReason(d time.Duration) string {
+	return fmt.Sprintf("the listener's admission hook (ListenConfig.Admit) did not answer within its HandshakeTimeout of %v", d)
+}
+
+// admitBusyReason is the reason a dialer reads when n hooks (the
+// listener's Backlog) have not returned.
+func admitBusyReason(n int) string {
+	return fmt.Sprintf("the listener's admission hook (ListenConfig.Admit) has not returned for %d earlier dialers "+
+		"(its Backlog): try again later", n)
 }

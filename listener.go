@@ -194,8 +194,7 @@ func (l *Listener) startAdmit(ev rdmacm.Event) {
 	if l.hooks >= cap(l.acceptq) {
 		n := l.hooks
 		l.mu.Unlock()
-		reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("the listener's admission hook (ListenConfig.Admit) "+
-			"has not returned for %d earlier dialers (its Backlog): try again later", n))
+		reject(ev.ID, wire.RejectOverloaded, admitBusyReason(n))
 		return
 	}
 	l.hooks++
@@ -248,8 +247,7 @@ func (l *Listener) admitTimeout(r *admitRun) {
 		return
 	}
 	defer l.pending.Done()
-	reject(r.ev.ID, wire.RejectOverloaded, fmt.Sprintf("the listener's admission hook (ListenConfig.Admit) "+
-		"did not answer within its HandshakeTimeout of %v", l.cfg.HandshakeTimeout))
+	reject(r.ev.ID, wire.RejectOverloaded, admitTimeoutReason(l.cfg.HandshakeTimeout))
 }
 
 // fail makes Accept return err from now on (connections already queued
