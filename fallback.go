@@ -167,10 +167,24 @@ func (d *Dialer) dialFallback(ctx context.Context, network string, tg dialTarget
 		}
 	}
 	if terr != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Addr: taddr, Err: &fallbackError{rdma: rerr, tcp: sockErr(terr)}}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: taddr, Err: &fallbackError{rdma: rerr, tcp: tcpDialErr(terr)}}
 	}
 	t.fallbackReason = rerr
 	return &Conn{tcp: t}, nil
+}
+
+// tcpDialErr is the TCP attempt's error as the fallback error carries it:
+// without its *net.OpError, and a timeout as this package reports every
+// deadline (matching os.ErrDeadlineExceeded). net reports a dial that hit
+// its context's deadline either way: os.ErrDeadlineExceeded when the
+// socket's write deadline fires first, an error matching
+// context.DeadlineExceeded when the context's end is seen first.
+func tcpDialErr(err error) error {
+	err = sockErr(err)
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return os.ErrDeadlineExceeded
+	}
+	return err
 }
 
 // Transport returns the connection's transport: "rdma", or "tcp" for a

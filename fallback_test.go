@@ -661,3 +661,27 @@ func TestFallbackDialTimeout(t *testing.T) {
 	l.Close()
 	checkFallbackClean(t, g0)
 }
+
+// net reports a TCP dial that ran out of its context's time either as
+// os.ErrDeadlineExceeded or as an error matching context.DeadlineExceeded,
+// depending on which it noticed first; the fallback error's TCP part is
+// always this package's deadline error.
+func TestFallbackTCPTimeoutMatches(t *testing.T) {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err := (&net.Dialer{}).DialContext(ctx, "tcp", "127.0.0.1:1")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("dial with an expired context: %v, want one matching context.DeadlineExceeded", err)
+	}
+	for _, in := range []error{err, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}} {
+		fe := &fallbackError{rdma: os.ErrDeadlineExceeded, tcp: tcpDialErr(in)}
+		var ne net.Error
+		if !errors.Is(fe.tcp, os.ErrDeadlineExceeded) || !fe.Timeout() || !errors.As(error(fe), &ne) || !ne.Timeout() {
+			t.Errorf("TCP attempt %v: carried as %v, want a timeout matching os.ErrDeadlineExceeded", in, fe.tcp)
+		}
+	}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	if got := tcpDialErr(refused); got != syscall.ECONNREFUSED {
+		t.Errorf("refused: carried as %v, want ECONNREFUSED", got)
+	}
+}
