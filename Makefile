@@ -200,17 +200,19 @@ bench-2host: setup
 
 # Soak runs, too long for make test (docs/performance.md quotes them):
 # SOAK_CYCLES sequential dial/echo/close cycles while a long-lived connection
-# holds the device, SOAK_CONNS concurrent connections and SOAK_TRANSFER_MIB
-# each way at once on one connection (make test: 64), inside Soft-RoCE,
+# holds the device, SOAK_CONNS concurrent connections, SOAK_TRANSFER_MIB
+# each way at once on one connection (make test: 64) and SOAK_FD_CYCLES
+# cycles counting rdma_cm descriptors (make test: 200), inside Soft-RoCE,
 # without the race detector (its cost would dominate). Fails if a test skipped.
 SOAK_CYCLES ?= 10000
 SOAK_CONNS ?= 1000
 SOAK_TRANSFER_MIB ?= 1024
+SOAK_FD_CYCLES ?= 1000
 soak: setup
 	@mkdir -p $(BUILD)
 	$(GO) test -c -o $(BUILD)/soak.test .
-	@set -o pipefail; RDMA_TEST_CYCLES=$(SOAK_CYCLES) RDMA_TEST_CONNS=$(SOAK_CONNS) RDMA_TEST_TRANSFER_MIB=$(SOAK_TRANSFER_MIB) scripts/softroce run -- \
-	  $(BUILD)/soak.test -test.v -test.count=1 -test.timeout=150m -test.run '^(TestDialCycles|TestManyConnections|TestBidirectionalTransfer)$$' | \
+	@set -o pipefail; RDMA_TEST_CYCLES=$(SOAK_CYCLES) RDMA_TEST_CONNS=$(SOAK_CONNS) RDMA_TEST_TRANSFER_MIB=$(SOAK_TRANSFER_MIB) RDMA_TEST_FD_CYCLES=$(SOAK_FD_CYCLES) scripts/softroce run -- \
+	  $(BUILD)/soak.test -test.v -test.count=1 -test.timeout=150m -test.run '^(TestDialCycles|TestManyConnections|TestBidirectionalTransfer|TestDescriptorsAfterChurn)$$' | \
 	  tee $(BUILD)/soak.out
 	@! grep -- '--- SKIP' $(BUILD)/soak.out || { echo "FAIL: soak tests skipped"; exit 1; }
 	@echo "make soak: PASS"
