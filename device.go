@@ -6,7 +6,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/verbline/rdma/buffer"
@@ -113,15 +112,11 @@ func acquireDevice(ctx *verbs.Context, cfg *Config) (_ *device, err error) {
 	// From a new goroutine: a release may come from under a Conn's lock or
 	// from a poller, and teardown takes devices.mu and stops the pollers.
 	onIdle := func() { go d.bufReturned() }
-	poolMax := cfg.PoolMaxBytes
-	if poolMax == 0 {
-		poolMax = 1 << 30 // the pool's default
-	}
-	d.unread.max = poolMax / 2
 	if d.pool, err = buffer.NewPool(d.reg, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize),
 		TrackAllocations: trackAllocations, OnIdle: onIdle}); err != nil {
 		return nil, err
 	}
+	d.unread.max = d.pool.MaxBytes() / 2
 	d.slow = startLowPriority()
 	pc := cfg.pollerConfig()
 	pc.OnFail = d.pollerFailed
@@ -267,10 +262,7 @@ type registrar struct {
 func (r *registrar) Register(mem []byte) (buffer.Registration, error) {
 	mr, err := r.pd.RegMR(mem, r.access)
 	if err != nil {
-		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
-			return nil, memlockError(err, len(mem)) // with a hint: the limit, what is pinned, how to raise it
-		}
-		return nil, err
+		return nil, registrationError(err, len(mem), "") // a refused pinning with a hint: the limit, what is pinned, how to raise it
 	}
 	r.mu.Lock()
 	r.mrs[mr.LKey] = mr

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	cerrors "github.com/cockroachdb/errors"
 	"golang.org/x/sys/unix"
@@ -55,6 +56,19 @@ func addHint(err error) error {
 // and how to raise it.
 func memlockError(cause error, size int) error {
 	return cerrors.WithHint(fmt.Errorf("%w: %w", ErrMemlock, cause), memlockHint(hostHintEnv(), size))
+}
+
+// registrationError is the error of a registration of size bytes that
+// failed with err: a memlockError when the kernel refused the pinning,
+// else err wrapped by what (nothing when what is empty).
+func registrationError(err error, size int, what string) error {
+	if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
+		return memlockError(err, size)
+	}
+	if what == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // hintEnv is what the hints read of the machine; tests give a fake one.

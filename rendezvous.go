@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/verbs"
@@ -172,10 +171,7 @@ func (c *Conn) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
 	mr := c.dev.lendMRs.get()
 	if err := c.dev.pd.RegMRInto(mr, b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
 		c.dev.lendMRs.put(mr)
-		if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
-			return nil, memlockError(err, b.Len())
-		}
-		return nil, fmt.Errorf("registering a %d-byte message to lend it: %w", b.Len(), err)
+		return nil, registrationError(err, b.Len(), fmt.Sprintf("registering a %d-byte message to lend it", b.Len()))
 	}
 	return mr, nil
 }
