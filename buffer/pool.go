@@ -191,6 +191,10 @@ func (p *Pool) Owns(b Buf) bool {
 	return s != nil && s.c.p == p
 }
 
+// MaxBytes is the cap on all arenas together: Options.MaxBytes, or its
+// default when that was 0.
+func (p *Pool) MaxBytes() int64 { return p.opt.MaxBytes }
+
 // MaxSize is the largest buffer Get can return (the largest size class).
 func (p *Pool) MaxSize() int { return p.classes[len(p.classes)-1].size }
 

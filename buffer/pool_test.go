@@ -1015,3 +1015,14 @@ func TestTryGetAndGrow(t *testing.T) {
 		t.Errorf("TryGet after Close: %v, want ErrClosed", err)
 	}
 }
+
+// MaxBytes is the cap the pool enforces: the Options' value, or 1 GiB when
+// that was 0.
+func TestPoolMaxBytes(t *testing.T) {
+	for _, c := range []struct{ opt, want int64 }{{0, 1 << 30}, {1 << 20, 1 << 20}} {
+		p := newPool(t, nil, buffer.Options{Classes: []int{4096}, SlabSize: 8192, MaxBytes: c.opt})
+		if got := p.MaxBytes(); got != c.want {
+			t.Errorf("Options.MaxBytes %d: MaxBytes() %d, want %d", c.opt, got, c.want)
+		}
+	}
+}
