@@ -27,25 +27,8 @@ func admitListen(t *testing.T, cfg Config, admit func(netip.AddrPort) error) *Li
 	if err != nil {
 		t.Fatal(err)
 	}
-	var accepted []*Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.AcceptRDMA()
-			if err != nil {
-				return
-			}
-			accepted = append(accepted, c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		for _, c := range accepted {
-			c.Close()
-		}
-	})
+	acc := acceptAll(ln)
+	t.Cleanup(acc.closeAll)
 	return ln
 }
 

@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,39 +25,6 @@ import (
 // for the application: its budget and the frame that crossed it.
 func tcpConnBound(cfg Config, pool *buffer.Pool) int64 {
 	return tcpRecvBudget(&cfg) + int64(pool.MaxSize())
-}
-
-// acceptAll accepts from ln until it closes; it returns the connections so
-// far and a function that closes the listener and them.
-func acceptAll(ln *Listener) (conns func() []*Conn, closeAll func()) {
-	var mu sync.Mutex
-	var accepted []*Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.AcceptRDMA()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-		}
-	}()
-	conns = func() []*Conn {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]*Conn(nil), accepted...)
-	}
-	closeAll = func() {
-		ln.Close()
-		<-done
-		for _, c := range conns() {
-			c.Close()
-		}
-	}
-	return conns, closeAll
 }
 
 // Hostile peers that send complete messages (and stream data) that the
@@ -75,8 +41,8 @@ func TestFallbackBoundUnread(t *testing.T) {
 	}
 	lcfg := Config{HandshakeTimeout: 30 * time.Second}
 	ln := fallbackListen(t, ListenConfig{Config: lcfg})
-	conns, closeAll := acceptAll(ln)
-	defer closeAll()
+	acc := acceptAll(ln)
+	defer acc.closeAll()
 	base := pool.Stats().InUseBytes
 
 	const (
@@ -148,63 +114,15 @@ func TestFallbackBoundUnread(t *testing.T) {
 	}
 
 	// A well-behaved client: dial, write and send, get an echo.
-	d := Dialer{Config: Config{HandshakeTimeout: 5 * time.Second}, Fallback: &Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
-	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
-	defer cancel()
-	nc, err := d.DialContext(ctx, "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatalf("well-behaved dial beside the hostile peers: %v", err)
-	}
-	c := nc.(*Conn)
+	c, srv := wellBehavedEcho(t, ln, acc, "hello beside unread peers", 1<<20)
 	defer c.Close()
-	var srv *Conn
-	for srv == nil && ctx.Err() == nil {
-		for _, a := range conns() {
-			if a.RemoteAddr().String() == c.LocalAddr().String() {
-				srv = a
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if srv == nil {
-		t.Fatal("the well-behaved client's connection was not accepted")
-	}
-	go func() {
-		b, err := srv.Recv(ctx)
-		if err != nil {
-			return
-		}
-		srv.Send(ctx, b)
-	}()
-	msg := []byte("hello beside unread peers")
-	if _, err := c.Write(msg); err != nil {
-		t.Fatalf("well-behaved Write: %v", err)
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(srv, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("server read %q, %v; want %q", got, err, msg)
-	}
-	b, err := c.Alloc(1 << 20)
-	if err != nil {
-		t.Fatalf("well-behaved Alloc: %v", err)
-	}
-	copy(b.Bytes(), msg)
-	if err := c.Send(ctx, b); err != nil {
-		t.Fatalf("well-behaved Send: %v", err)
-	}
-	echo, err := c.Recv(ctx)
-	if err != nil {
-		t.Fatalf("well-behaved Recv: %v", err)
-	}
-	if echo.Len() != 1<<20 || string(echo.Bytes()[:len(msg)]) != string(msg) {
-		t.Fatalf("echo: %d bytes %q", echo.Len(), echo.Bytes()[:min(echo.Len(), len(msg))])
-	}
-	echo.Release()
 	t.Logf("the well-behaved client dialed, wrote, sent 1 MiB and received its echo")
 
 	// Nothing failed on this side: each hostile connection still delivers
 	// what its peer sent, from the first byte.
-	for _, a := range conns() {
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
+	defer cancel()
+	for _, a := range acc.conns() {
 		if a == srv {
 			continue
 		}
@@ -232,7 +150,7 @@ func TestFallbackBoundUnread(t *testing.T) {
 	}
 	raws = nil
 	c.Close()
-	closeAll()
+	acc.closeAll()
 	checkFallbackClean(t, g0)
 }
 

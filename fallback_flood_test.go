@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,28 +67,8 @@ func TestFallbackHeaderFlood(t *testing.T) {
 	ln := fallbackListen(t, ListenConfig{Config: Config{Backlog: 2 * flood, HandshakeTimeout: 30 * time.Second}})
 	defer ln.Close()
 
-	var mu sync.Mutex
-	var accepted []*Conn
-	acceptDone := make(chan struct{})
-	go func() {
-		defer close(acceptDone)
-		for {
-			c, err := ln.AcceptRDMA()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			accepted = append(accepted, c)
-			mu.Unlock()
-		}
-	}()
-	defer func() {
-		ln.Close()
-		<-acceptDone
-		for _, c := range accepted {
-			c.Close()
-		}
-	}()
+	acc := acceptAll(ln)
+	defer acc.closeAll()
 
 	base := pool.Stats().InUseBytes
 	raws := make([]net.Conn, 0, flood)
@@ -112,10 +91,7 @@ func TestFallbackHeaderFlood(t *testing.T) {
 	// takes its message's buffer, the pool run dry).
 	deadline := time.Now().Add(rdmatest.Scale(2 * time.Second))
 	for {
-		mu.Lock()
-		n := len(accepted)
-		mu.Unlock()
-		if n >= flood || time.Now().After(deadline) {
+		if n := len(acc.conns()); n >= flood || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -124,61 +100,9 @@ func TestFallbackHeaderFlood(t *testing.T) {
 	held := pool.Stats().InUseBytes - base
 	t.Logf("%d raw clients announcing %d-byte messages: the fallback pool holds %d bytes more", flood, maxMsg, held)
 
-	// A well-behaved client: dial, send a message, get it echoed.
-	d := Dialer{Config: Config{HandshakeTimeout: 5 * time.Second}, Fallback: &Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, err := d.DialContext(ctx, "tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatalf("well-behaved dial during the flood: %v", err)
-	}
-	c := nc.(*Conn)
+	// A well-behaved client: dial, write and send, get an echo.
+	c, _ := wellBehavedEcho(t, ln, acc, "hello during a flood", 64<<10)
 	defer c.Close()
-	var srv *Conn
-	for srv == nil && ctx.Err() == nil { // the last accepted is ours: match by address
-		mu.Lock()
-		for _, a := range accepted {
-			if a.RemoteAddr().String() == c.LocalAddr().String() {
-				srv = a
-			}
-		}
-		mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	if srv == nil {
-		t.Fatal("the well-behaved client's connection was not accepted")
-	}
-	go func() {
-		b, err := srv.Recv(ctx)
-		if err != nil {
-			return
-		}
-		srv.Send(ctx, b)
-	}()
-	msg := []byte("hello during a flood")
-	if _, err := c.Write(msg); err != nil {
-		t.Fatalf("well-behaved Write during the flood: %v", err)
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(srv, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("server read %q, %v; want %q", got, err, msg)
-	}
-	b, err := c.Alloc(64 << 10)
-	if err != nil {
-		t.Fatalf("well-behaved Alloc during the flood: %v", err)
-	}
-	copy(b.Bytes(), msg)
-	if err := c.Send(ctx, b); err != nil {
-		t.Fatalf("well-behaved Send during the flood: %v", err)
-	}
-	r, err := c.Recv(ctx)
-	if err != nil {
-		t.Fatalf("well-behaved Recv during the flood: %v", err)
-	}
-	if r.Len() != 64<<10 || string(r.Bytes()[:len(msg)]) != string(msg) {
-		t.Fatalf("echo: %d bytes %q", r.Len(), r.Bytes()[:min(r.Len(), len(msg))])
-	}
-	r.Release()
 	if limit := int64(flood) * 256 << 10; held > limit {
 		t.Fatalf("%d announcements without payload hold %d bytes of the fallback pool; want at most %d", flood, held, limit)
 	}
@@ -188,12 +112,7 @@ func TestFallbackHeaderFlood(t *testing.T) {
 	}
 	raws = nil
 	c.Close()
-	ln.Close()
-	<-acceptDone
-	for _, a := range accepted {
-		a.Close()
-	}
-	accepted = nil
+	acc.closeAll()
 	checkFallbackClean(t, g0)
 }
 
