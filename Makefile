@@ -157,12 +157,14 @@ demo: setup
 	  echo "== short benchmark (make bench runs the full one)"; \
 	  $(BUILD)/bin/rdmabench -quick -json benchmarks/results/demo.json'
 
-# The benchmark harness (benchmarks/README.md): our Conn against perftest and TCP
-# on loopback, in one run inside Soft-RoCE; a table on the terminal, the JSON in
-# $(BENCH_JSON) (a path under this directory: the guest writes only here) and an
-# SVG chart beside it. BENCH_ARGS go to rdmabench (e.g. -quick, -reps 5, -cases latency).
+# The benchmark harness (benchmarks/README.md): our cases against perftest, TCP
+# on loopback and the Go floor, in interleaved rounds inside one Soft-RoCE
+# guest; paired ratios with 95% intervals and the goals' verdicts on the
+# terminal, the JSON (every round) in $(BENCH_JSON) (a path under this
+# directory: the guest writes only here) and an SVG chart beside it.
+# BENCH_ARGS go to rdmabench (e.g. -long to decide a goal, -quick, -cases latency).
 BENCH_JSON ?= benchmarks/results/bench.json
-BENCH_ARGS ?= -reps 5
+BENCH_ARGS ?=
 bench: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
 	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
@@ -187,9 +189,9 @@ setupbench: setup
 # -connect" with every client side, perftest and TCP between the same two
 # addresses (169.254.78.1 -> .2 on rxe0/eth0). The report (table, JSON, SVG)
 # is written by guest A to $(BENCH2HOST_JSON). The two guests share the
-# host's cores: read the repetitions and their spread (the JSON's *_reps).
+# host's cores: read the rounds and their spread (the JSON's *_rounds).
 BENCH2HOST_JSON ?= benchmarks/results/bench-2host.json
-BENCH2HOST_ARGS ?= -quick -reps 3 -lat-iters 100 -bw-bytes 4194304 -rate-msgs 5000
+BENCH2HOST_ARGS ?= -quick -rounds 3 -lat-rounds 3 -lat-iters 100 -bw-bytes 4194304 -rate-msgs 5000
 BENCH2HOST_PORT ?= 7471
 bench-2host: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH2HOST_JSON))

@@ -44,6 +44,10 @@ type Case struct {
 	// DefaultConfig: the two ends use the library's default Config (its
 	// window starts small and grows with traffic), not -depth buffers.
 	DefaultConfig bool
+	// Floor: the Go floor, the same send/receive ping-pong over raw verbs
+	// with no library logic (floor.go); a baseline column beside perftest,
+	// run with -net verbs. Run is unused.
+	Floor bool
 }
 
 func register(c Case) { registry = append(registry, c) }
@@ -61,6 +65,9 @@ func init() {
 	// perftest's receiver never touches the data either.
 	register(Case{Name: "conn-stream-copy", Metric: Bandwidth, Run: streamCopy})
 	register(Case{Name: "conn-msgrate", Metric: Rate, Run: msgRate, TCP: true})
+	// The Go floor: what a Go program pays per round trip for the verbs
+	// calls alone (floor.go), in two processes pinned as perftest's.
+	register(Case{Name: "go-floor", Metric: Latency, Floor: true})
 }
 
 func caseByName(name string) (Case, bool) {

@@ -27,7 +27,7 @@ import (
 // childArgs are the flags a child needs, besides -serve / -client.
 type childArgs struct {
 	caseName string
-	network  string // "rdma" or "tcp"
+	network  string // "rdma", "tcp", or "verbs" (the Go floor, floor.go)
 	size     int
 	iters    int
 	warmup   int
@@ -62,6 +62,12 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 	}
 	if a.network == "tcp" && !c.TCP {
 		return fmt.Errorf("case %s does not run over TCP", c.Name)
+	}
+	if c.Floor != (a.network == "verbs") {
+		return fmt.Errorf("case %s with -net %s: the floor cases, and only they, run with -net verbs", c.Name, a.network)
+	}
+	if c.Floor {
+		return runFloorChild(serve, connect, a, addr)
 	}
 	if c.Packet {
 		return runPacketChild(serve, connect, c, a, addr, depth, spin)

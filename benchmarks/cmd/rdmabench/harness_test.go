@@ -121,7 +121,7 @@ func TestPerftestArgs(t *testing.T) {
 
 // fakeReport is a report as a run with every cell filled would produce.
 func fakeReport(t *testing.T) *report {
-	h := &harness{addr: "169.254.77.1", depth: 128, reps: 2, serverCPU: 0, clientCPU: 1, work: defaultWorkload(false), log: io.Discard}
+	h := &harness{addr: "169.254.77.1", depth: 128, rounds: 3, latRounds: 3, serverCPU: 0, clientCPU: 1, work: defaultWorkload(false), log: io.Discard}
 	plan := h.plan(regexp.MustCompile(""), regexp.MustCompile(""))
 	cells := map[cellKey]*cell{}
 	for _, mp := range plan {
@@ -146,7 +146,7 @@ func fakeReport(t *testing.T) *report {
 				cells[cellKey{mp.Metric, size, r.Label}] = &cell{Samples: []*Sample{
 					{Value: v, P99: 2 * v, P999: 3 * v, Check: v, Packets: pkts, CPU: cpu},
 					{Value: v * 1.1, Packets: pkts, CPU: cpu2},
-					{Value: v * 1.2, Packets: pkts, CPU: cpu}}}
+					{Value: v * 1.2, Packets: pkts, CPU: cpu}}, Rounds: []int{1, 2, 3}}
 			}
 		}
 	}
@@ -165,18 +165,23 @@ func TestReportJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
+	var doc struct {
+		Results []map[string]any `json:"results"`
+		Goals   []map[string]any `json:"goals"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	// One object per case, size and baseline (conn-* alone: latency 3 sizes
-	// x 3 baselines, bandwidth 3 x 3, rate 1 x 2 = 20).
+	got := doc.Results
+	// One object per row (our cases and the Go floor), size and baseline
+	// (conn-* alone: latency 3 sizes x 3 baselines, bandwidth 3 x 3, rate
+	// 1 x 2 = 20).
 	want, bwCases := 0, 0
 	for _, mp := range r.plan {
-		for _, o := range mp.Ours {
+		for _, o := range mp.rows() {
 			for _, size := range mp.Sizes {
 				for _, b := range mp.Baselns {
-					if o.runsAt(size) && b.runsAt(size) {
+					if o.runsAt(size) && b.runsAt(size) && b.Label != o.Label {
 						want++
 					}
 				}
@@ -203,8 +208,13 @@ func TestReportJSON(t *testing.T) {
 			}
 			continue
 		}
+		// Every round of the fake report has ours/baseline equal to the
+		// medians' ratio (both scale by 1, 1.1, 1.2 in rounds 1-3).
 		if want := o["ours"].(float64) / o["baseline_value"].(float64); math.Abs(o["ratio"].(float64)-want) > 1e-9 {
 			t.Fatalf("ratio %v, want %v", o["ratio"], want)
+		}
+		if rr, ok := o["ratio_rounds"].([]any); !ok || len(rr) != 3 {
+			t.Fatalf("ratio_rounds %v, want the 3 rounds' paired ratios", o["ratio_rounds"])
 		}
 	}
 	if failed != bwCases {

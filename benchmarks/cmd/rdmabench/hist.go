@@ -5,86 +5,79 @@ package main
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// hist is an HDR-style latency histogram: values (nanoseconds) fall into
-// log-linear buckets, 2^(histSubBits-1) linear buckets per power of two, so
-// any value is reported within 1/2^(histSubBits-1) (0.8%) of itself, over
-// the whole range, in a fixed amount of memory. Min, max, count and sum are
-// exact.
+// hist is a latency histogram in nanoseconds: an HdrHistogram with
+// histSigFigs significant digits (every value falls in a bucket within 0.1%
+// of it) from 0 to histMax, beside the exact count, sum, min and max.
+// A value above histMax is recorded as histMax and counted in over: a
+// quantile that falls on it reads as the top of the range, the max is exact.
+// A hist is not safe for concurrent use.
 type hist struct {
-	counts   []uint64
-	n        uint64
+	h        *hdrhistogram.Histogram
+	n, over  uint64
 	sum      float64
-	min, max uint64
+	min, max int64
 }
 
-const histSubBits = 8
-
-const histHalf = 1 << (histSubBits - 1)
+const (
+	histSigFigs = 3
+	// histMax is the largest value the buckets track; a round trip or request
+	// that takes longer is a hang, not a latency.
+	histMax = int64(time.Hour)
+	// histBinSigFigs is the resolution of histBins: adjacent buckets merge
+	// into 1/128 of a power of two (within 0.8%), enough for the JSON and the
+	// charts, which draw one step or bar per bin.
+	histBinSigFigs = 2
+)
 
 func newHist() *hist {
-	return &hist{counts: make([]uint64, (64-histSubBits+2)*histHalf), min: math.MaxUint64}
-}
-
-// histBucket is v's bucket: values below 2^histSubBits are exact; above,
-// the top histSubBits bits of v select the bucket within its power of two.
-func histBucket(v uint64) int {
-	l := bits.Len64(v)
-	if l <= histSubBits {
-		return int(v)
-	}
-	shift := l - histSubBits
-	return shift*histHalf + int(v>>shift)
-}
-
-// histUpper is the largest value in bucket i.
-func histUpper(i int) uint64 {
-	if i < 2*histHalf {
-		return uint64(i)
-	}
-	shift := i/histHalf - 1
-	top := uint64(i - shift*histHalf)
-	return (top+1)<<shift - 1
+	return &hist{h: hdrhistogram.New(1, histMax, histSigFigs), min: math.MaxInt64}
 }
 
 func (h *hist) record(d time.Duration) {
-	v := uint64(max(d, 0))
-	h.counts[histBucket(v)]++
+	v := max(int64(d), 0)
 	h.n++
 	h.sum += float64(v)
 	h.min = min(h.min, v)
 	h.max = max(h.max, v)
+	if v > histMax {
+		v = histMax
+		h.over++
+	}
+	if err := h.h.RecordValue(v); err != nil {
+		panic(err) // v is within 0..histMax, which New(1, histMax, ...) tracks
+	}
 }
 
 func (h *hist) merge(o *hist) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
+	h.h.Merge(o.h) // the same geometry: nothing is dropped
 	h.n += o.n
+	h.over += o.over
 	h.sum += o.sum
 	h.min = min(h.min, o.min)
 	h.max = max(h.max, o.max)
 }
 
 // quantile is the value at quantile q (0..1), nearest rank: the upper end of
-// the bucket holding that rank, capped at the exact maximum.
+// the bucket holding rank ceil(q*n) (at least 1), within [min, max] exact;
+// rank n is the exact max.
 func (h *hist) quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	rank = min(max(rank, 1), h.n)
-	var seen uint64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			return time.Duration(min(max(histUpper(i), h.min), h.max))
-		}
+	n := float64(h.n)
+	rank := min(max(math.Ceil(q*n), 1), n)
+	if rank == n {
+		return time.Duration(h.max)
 	}
-	return time.Duration(h.max)
+	// HdrHistogram takes a percentile and looks up rank round(p/100*n)
+	// (at least 1); a quarter below rank rounds to it exactly.
+	v := h.h.ValueAtPercentile(100 * (rank - 0.25) / n)
+	return time.Duration(min(max(v, h.min), h.max))
 }
 
 func (h *hist) mean() time.Duration {
@@ -103,12 +96,15 @@ type latencySummary struct {
 	P99   float64 `json:"p99_us"`
 	P999  float64 `json:"p999_us"`
 	Max   float64 `json:"max_us"`
+	// Over counts the values above the histogram's range (one hour), counted
+	// in its top bucket; Max is exact.
+	Over uint64 `json:"over_range,omitempty"`
 }
 
 func (h *hist) summary() latencySummary {
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	s := latencySummary{Count: h.n, Mean: us(h.mean()), P50: us(h.quantile(0.5)), P90: us(h.quantile(0.9)),
-		P99: us(h.quantile(0.99)), P999: us(h.quantile(0.999))}
+		P99: us(h.quantile(0.99)), P999: us(h.quantile(0.999)), Over: h.over}
 	if h.n > 0 {
 		s.Max = us(time.Duration(h.max))
 	}
@@ -116,16 +112,22 @@ func (h *hist) summary() latencySummary {
 }
 
 func (s latencySummary) String() string {
-	return fmt.Sprintf("p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f µs", s.P50, s.P99, s.P999, s.Max)
+	str := fmt.Sprintf("p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f µs", s.P50, s.P99, s.P999, s.Max)
+	if s.Over > 0 {
+		str += fmt.Sprintf("  (%d above %v)", s.Over, time.Duration(histMax))
+	}
+	return str
 }
 
-// histBins are the histogram's non-empty buckets as (upper bound µs, count),
-// for the JSON and the chart.
+// histBins are the histogram's non-empty bins as (upper bound µs, count),
+// for the JSON and the charts: its buckets merged to histBinSigFigs.
 func (h *hist) histBins() [][2]float64 {
+	coarse := hdrhistogram.New(1, histMax, histBinSigFigs)
+	coarse.Merge(h.h) // coarse buckets are unions of whole fine ones
 	var out [][2]float64
-	for i, c := range h.counts {
-		if c > 0 {
-			out = append(out, [2]float64{float64(histUpper(i)) / 1e3, float64(c)})
+	for _, b := range coarse.Distribution() {
+		if b.Count > 0 {
+			out = append(out, [2]float64{float64(b.To) / 1e3, float64(b.Count)})
 		}
 	}
 	return out

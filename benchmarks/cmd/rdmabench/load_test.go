@@ -10,32 +10,53 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-func TestHistBuckets(t *testing.T) {
-	// Every value's bucket holds it, buckets are in order, and the bucket's
-	// upper bound is within 1/128 of the value.
-	prev := -1
-	for _, v := range []uint64{0, 1, 2, 127, 128, 255, 256, 257, 1000, 4095, 4096, 123456, 1e9, 1 << 40, math.MaxUint64} {
-		b := histBucket(v)
-		if b < prev {
-			t.Fatalf("bucket of %d is %d, below the previous %d", v, b, prev)
+func TestHistRange(t *testing.T) {
+	// Small values are exact, every value up to the range's top is kept
+	// within 0.1%, and a value above it is counted, not lost.
+	h := newHist()
+	vals := []time.Duration{0, 1, 2, 1000, 2047, 2048, 123457, time.Second + 1, time.Minute + 7, time.Duration(histMax)}
+	for _, v := range vals {
+		o := newHist()
+		o.record(v)
+		o.record(time.Duration(histMax)) // so that the median is v's bucket, not the exact max
+		got := o.quantile(0.5)
+		if got < v || float64(got-v) > float64(v)/1000 {
+			t.Errorf("value %d: reported %d", v, got)
 		}
-		prev = b
-		up := histUpper(b)
-		if up < v || float64(up-v) > float64(v)/128+1 {
-			t.Fatalf("value %d: bucket %d upper bound %d", v, b, up)
+		if v <= 2047 && got != v {
+			t.Errorf("value %d not exact: %d", v, got)
 		}
-		if b > 0 && histUpper(b-1) >= v {
-			t.Fatalf("value %d also fits bucket %d (upper %d)", v, b-1, histUpper(b-1))
+		if bins := o.histBins(); bins[0][0]*1e3 < float64(v) || bins[0][0]*1e3 > float64(v)*1.008+1 {
+			t.Errorf("value %d: bins %v", v, bins)
 		}
+		h.merge(o)
 	}
-	if n := len(newHist().counts); histBucket(math.MaxUint64) >= n {
-		t.Fatalf("max value's bucket %d beyond %d buckets", histBucket(math.MaxUint64), n)
+	h.record(-5)            // recorded as 0
+	h.record(2 * time.Hour) // above the range
+	n := uint64(2*len(vals) + 2)
+	s := h.summary()
+	if s.Count != n || s.Over != 1 || s.Max != float64(2*time.Hour/time.Microsecond) || h.quantile(1) != 2*time.Hour {
+		t.Fatalf("summary %+v, quantile(1) %v", s, h.quantile(1))
+	}
+	if top := h.quantile(0.9); top < time.Duration(histMax) || float64(top-time.Duration(histMax)) > float64(histMax)/1000 {
+		t.Fatalf("top of the range: %v", top)
+	}
+	if !strings.Contains(s.String(), "1 above 1h0m0s") {
+		t.Fatalf("summary line %q", s)
+	}
+	sum := 0.0
+	for _, b := range h.histBins() {
+		sum += b[1]
+	}
+	if sum != float64(n) {
+		t.Fatalf("bins count %v, want %d", sum, n)
 	}
 }
 
@@ -49,21 +70,83 @@ func TestHistQuantiles(t *testing.T) {
 		want time.Duration
 	}{{0.5, 5000 * time.Microsecond}, {0.99, 9900 * time.Microsecond}, {0.999, 9990 * time.Microsecond}, {1, 10000 * time.Microsecond}} {
 		got := h.quantile(c.q)
-		if rel := math.Abs(float64(got-c.want)) / float64(c.want); rel > 1.0/128 {
-			t.Errorf("q %v: %v, want %v within 0.8%%", c.q, got, c.want)
+		if got < c.want || float64(got-c.want) > float64(c.want)/1000 {
+			t.Errorf("q %v: %v, want %v within 0.1%%", c.q, got, c.want)
 		}
 	}
-	if h.quantile(1) != 10000*time.Microsecond {
-		t.Errorf("max %v not exact", h.quantile(1))
+	if h.quantile(1) != 10000*time.Microsecond || h.mean() != 5000500*time.Nanosecond {
+		t.Errorf("max %v or mean %v not exact", h.quantile(1), h.mean())
 	}
 	o := newHist()
 	o.record(time.Second)
 	h.merge(o)
-	if h.n != 10001 || h.quantile(1) != time.Second || h.summary().Max != 1e6 {
-		t.Fatalf("merge: n %d, max %v", h.n, h.quantile(1))
+	if s := h.summary(); s.Count != 10001 || h.quantile(1) != time.Second || s.Max != 1e6 {
+		t.Fatalf("merge: %+v, max %v", s, h.quantile(1))
 	}
-	if s := newHist().summary(); s.P99 != 0 || s.Max != 0 || s.Count != 0 {
+	if s := newHist().summary(); s != (latencySummary{}) || len(newHist().histBins()) != 0 {
 		t.Fatalf("empty: %+v", s)
+	}
+
+	// Nearest rank: the reported value is the upper end of the bucket that
+	// holds value number ceil(q*n) in sorted order, so it is at least that
+	// value and within 0.1% of it.
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 2, 3, 7, 10, 99, 1000, 4321} {
+		h := newHist()
+		vals := make([]time.Duration, n)
+		for i := range vals {
+			vals[i] = time.Duration(r.ExpFloat64() * 20000)
+			h.record(vals[i])
+		}
+		slices.Sort(vals)
+		for _, q := range []float64{0, 0.1, 0.25, 0.5, 0.54, 0.55, 0.9, 0.99, 0.999, 1} {
+			rank := min(max(int(math.Ceil(q*float64(n))), 1), n)
+			want, got := vals[rank-1], h.quantile(q)
+			if got < want || float64(got-want) > float64(want)/1000 {
+				t.Errorf("n %d q %v: %v, nearest rank %d is %v", n, q, got, rank, want)
+			}
+		}
+		if h.quantile(1) != vals[n-1] || h.quantile(0) < vals[0] {
+			t.Errorf("n %d: max %v (exact %v), min %v (exact %v)", n, h.quantile(1), vals[n-1], h.quantile(0), vals[0])
+		}
+	}
+}
+
+func TestHistBins(t *testing.T) {
+	// Bins are merged buckets: in order, counts adding up, and few enough to
+	// draw (128 per power of two at most).
+	h := newHist()
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 100000 {
+		h.record(time.Duration(5000 + r.ExpFloat64()*20000))
+	}
+	bins := h.histBins()
+	n, prev := 0.0, 0.0
+	for _, b := range bins {
+		if b[0] <= prev {
+			t.Fatalf("bins out of order: %v", bins)
+		}
+		prev = b[0]
+		n += b[1]
+	}
+	octaves := math.Log2(float64(h.max) / float64(h.min))
+	if n != 100000 || float64(len(bins)) > 128*(octaves+1) {
+		t.Fatalf("%d bins over %.1f octaves, counts %v", len(bins), octaves, n)
+	}
+}
+
+// BenchmarkHistRecord is the cost of record, which runs between round trips.
+func BenchmarkHistRecord(b *testing.B) {
+	h := newHist()
+	r := rand.New(rand.NewPCG(7, 8))
+	vals := make([]time.Duration, 4096)
+	for i := range vals {
+		vals[i] = time.Duration(10000 + r.ExpFloat64()*5000)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.record(vals[i&4095])
 	}
 }
 

@@ -14,13 +14,18 @@
 //   - datagrams (ud.go): our PacketConn's 8 B and 64 B ping-pong beside
 //     ib_send_lat -c UD, and its 64 B message rate beside ib_send_bw -c UD.
 //
-// Each case runs -reps times, interleaved with its baselines, and the median
-// of the repetitions is reported with the ratios ours/perftest and ours/TCP.
-// Server and client are separate processes (this program re-executes itself
-// for ours and for TCP), pinned with taskset the same way for every
-// implementation: the server to CPU 0, the client to CPU 1.
+// Every case runs in rounds: in each round ours, perftest, TCP and the Go
+// floor (go-floor: the same verbs calls with no library logic) run once
+// each, in an order that rotates from round to round. Each cell is the
+// median over the rounds, and each ratio the median of the per-round
+// paired ratios (ours and the baseline of the same round) with a 95%
+// interval; -goal bounds on ratios are judged met, missed or undecided by
+// their intervals. Server and client are separate processes (this program
+// re-executes itself for ours, the floor and TCP), pinned with taskset the
+// same way for every implementation: the server to CPU 0, the client to
+// CPU 1.
 //
-//	rdmabench [-quick] [-reps 3] [-cases REGEXP] [-json PATH] [-svg PATH] [-addr IP]
+//	rdmabench [-quick | -long] [-rounds 6] [-lat-rounds 10] [-cases REGEXP] [-goal SPEC] [-json PATH] [-svg PATH] [-addr IP]
 //
 // Progress goes to stderr, the table to stdout; -json writes one object per
 // case, size and baseline, and -svg (default: beside the JSON) a chart.
@@ -49,17 +54,19 @@ var hidden = map[string]bool{"serve": true, "client": true, "case": true, "net":
 
 func main() {
 	var (
-		addr     = flag.String("addr", os.Getenv("RDMA_TEST_ADDR"), "IPv4 `address` of the RDMA netdev (default $RDMA_TEST_ADDR)")
-		quick    = flag.Bool("quick", false, "one size per metric, fewer iterations and 2 reps (for make demo)")
-		jsonPath = flag.String("json", "", "write the results as JSON to `path`")
-		svgPath  = flag.String("svg", "", "write the chart to `path` (default: the JSON path with .svg)")
-		casesRe  = flag.String("cases", "", "run only our cases whose \"metric/name\" matches `regexp` (e.g. latency, conn-stream)")
-		baseRe   = flag.String("baselines", "", "run only the baselines whose name matches `regexp` (ib_send_lat, ib_write_bw, tcp, ...)")
-		reps     = flag.Int("reps", 3, "repetitions of every case and baseline; the median is reported (-quick: 2 unless given)")
-		pin      = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
-		depth    = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
-		spin     = flag.Duration("spin", 0, "our Config.PollSpin (0: the library default; negative: event mode)")
-		procs    = flag.Int("gomaxprocs", 0, "GOMAXPROCS of our Go processes (and the TCP baseline's); 0: Go's default "+
+		addr      = flag.String("addr", os.Getenv("RDMA_TEST_ADDR"), "IPv4 `address` of the RDMA netdev (default $RDMA_TEST_ADDR)")
+		quick     = flag.Bool("quick", false, "one size per metric, fewer iterations and 2 rounds (for make demo)")
+		long      = flag.Bool("long", false, "for decisions: every size, -rounds 15 and -lat-rounds 31 unless given (about 4x the default run's time)")
+		jsonPath  = flag.String("json", "", "write the results as JSON to `path`")
+		svgPath   = flag.String("svg", "", "write the chart to `path` (default: the JSON path with .svg)")
+		casesRe   = flag.String("cases", "", "run only our cases whose \"metric/name\" matches `regexp` (e.g. latency, conn-stream)")
+		baseRe    = flag.String("baselines", "", "run only the baselines whose name matches `regexp` (ib_send_lat, ib_write_bw, tcp, ...)")
+		rounds    = flag.Int("rounds", defaultRounds, "rounds of the bandwidth and rate cases: each runs every case and baseline once (-quick: 2 unless given)")
+		latRounds = flag.Int("lat-rounds", defaultLatRounds, "rounds of the latency cases (-quick: 2 unless given)")
+		pin       = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
+		depth     = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
+		spin      = flag.Duration("spin", 0, "our Config.PollSpin (0: the library default; negative: event mode)")
+		procs     = flag.Int("gomaxprocs", 0, "GOMAXPROCS of our Go processes (and the TCP baseline's); 0: Go's default "+
 			"(the CPUs the process may use: 1 when pinned, as a user's pinned process gets). See benchmarks/README.md")
 		timeout   = flag.Duration("timeout", 2*time.Minute, "kill any server or client process running longer than this")
 		latIters  = flag.Int("lat-iters", 0, "round trips per latency run (0: 1000, quick 300)")
@@ -76,8 +83,15 @@ func main() {
 		listen    = flag.String("listen", "", "two-host mode, server: wait for -connect clients on this TCP `host:port` (control)")
 		connect   = flag.String("connect", "", "two-host mode, client: run the plan against the -listen server at `host:port`")
 		listCases = flag.Bool("list", false, "list our cases and the baselines, then exit")
+		compare   = flag.String("compare", "", "compare two runs' JSON outputs `A.json,B.json`: do their paired ratios' intervals overlap? (exit 1 if any does not)")
+		cmpCells  = flag.String("compare-cells", "", "with -compare: only the cells of `METRIC[/SIZE]`, e.g. latency/64B")
 		verbose   = flag.Bool("v", false, "log the phases of every run (server ready, client done, ...)")
 	)
+	flag.IntVar(rounds, "reps", defaultRounds, "the same as -rounds (and sets -lat-rounds unless given)")
+	var goalSpecs []string
+	flag.Func("goal", "a bound on a paired ratio, judged by its interval: `METRIC/SIZE/CASE/BASELINE<=X` or >=X "+
+		"(repeatable; replaces the default goals; \"none\" for none; default "+strings.Join(defaultGoals, ", ")+")",
+		func(v string) error { goalSpecs = append(goalSpecs, v); return nil })
 	lf := addLoadFlags()
 	flag.Usage = usage
 	flag.Parse()
@@ -96,6 +110,9 @@ func main() {
 		}
 		return
 	}
+	if *compare != "" {
+		os.Exit(compareMain(*compare, *cmpCells))
+	}
 	if *listCases {
 		for _, c := range registry {
 			fmt.Printf("%s/%s\n", c.Metric.Short(), c.Name)
@@ -113,11 +130,37 @@ func main() {
 	if *listen != "" && *connect != "" {
 		fatalf("-listen (the server host) and -connect (the client host) exclude each other")
 	}
-	if *quick && !flagGiven("reps") {
-		*reps = 2 // keeps -quick under 2 minutes in the guest as cases are added
+	if flagGiven("reps") && !flagGiven("lat-rounds") {
+		*latRounds = *rounds
 	}
-	if *reps < 1 || *depth < 1 {
-		fatalf("-reps and -depth must be at least 1")
+	if *long && !flagGiven("rounds") && !flagGiven("reps") {
+		*rounds = 15
+	}
+	if *long && !flagGiven("lat-rounds") && !flagGiven("reps") {
+		*latRounds = 31
+	}
+	if *quick && !flagGiven("rounds") && !flagGiven("reps") {
+		*rounds = 2 // keeps -quick under 2 minutes in the guest as cases are added
+	}
+	if *quick && !flagGiven("lat-rounds") && !flagGiven("reps") {
+		*latRounds = 2
+	}
+	if *rounds < 1 || *latRounds < 1 || *depth < 1 {
+		fatalf("-rounds, -lat-rounds and -depth must be at least 1")
+	}
+	if goalSpecs == nil {
+		goalSpecs = defaultGoals
+	}
+	var goals []goal
+	for _, spec := range goalSpecs {
+		if spec == "none" {
+			continue
+		}
+		g, err := parseGoal(spec)
+		if err != nil {
+			fatalf("-goal: %v", err)
+		}
+		goals = append(goals, g)
 	}
 	cre, err := regexp.Compile(*casesRe)
 	if err != nil {
@@ -126,6 +169,15 @@ func main() {
 	bre, err := regexp.Compile(*baseRe)
 	if err != nil {
 		fatalf("-baselines: %v", err)
+	}
+	mode := modeDefault
+	switch {
+	case *quick && *long:
+		fatalf("-quick and -long exclude each other")
+	case *quick:
+		mode = modeQuick
+	case *long:
+		mode = modeLong
 	}
 	w := defaultWorkload(*quick)
 	if *latIters > 0 {
@@ -143,7 +195,8 @@ func main() {
 
 	h := &harness{addr: *addr, depth: *depth, spin: *spin, procs: *procs, timeout: *timeout,
 		readyTimeout: 90 * time.Second, serverCPU: -1, clientCPU: -1, stdbuf: lookStdbuf(),
-		nextPort: 20000 + os.Getpid()%1000*10, log: os.Stderr, verbose: *verbose, quick: *quick, reps: *reps, work: w}
+		nextPort: 20000 + os.Getpid()%1000*10, log: os.Stderr, verbose: *verbose, quick: *quick, mode: mode,
+		rounds: *rounds, latRounds: *latRounds, goals: goals, work: w}
 	if *pin {
 		if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
 			h.logf("not pinning: needs taskset and 2 CPUs (have %d)", runtime.NumCPU())
@@ -222,6 +275,38 @@ func (h *harness) main(plan []metricPlan, jsonPath, svgPath string) int {
 		code = max(code, 1)
 	}
 	return code
+}
+
+// compareMain runs -compare; it returns the exit status.
+func compareMain(paths, cells string) int {
+	a, b, ok := strings.Cut(paths, ",")
+	if !ok {
+		fatalf("-compare: want two JSON paths separated by a comma")
+	}
+	var metric Metric
+	size := 0
+	if cells != "" {
+		m, sz, _ := strings.Cut(cells, "/")
+		for _, x := range metrics {
+			if x.Short() == m {
+				metric = x
+			}
+		}
+		if metric == "" {
+			fatalf("-compare-cells %q: unknown metric %q (latency, bandwidth, rate)", cells, m)
+		}
+		if sz != "" {
+			var err error
+			if size, err = parseSize(sz); err != nil {
+				fatalf("-compare-cells: %v", err)
+			}
+		}
+	}
+	n, err := compareRuns(os.Stdout, a, b, metric, size)
+	if err != nil {
+		fatalf("-compare: %v", err)
+	}
+	return min(n, 1)
 }
 
 func flagGiven(name string) bool {
@@ -305,7 +390,9 @@ type harness struct {
 	log                   io.Writer
 	verbose               bool
 	quick                 bool
-	reps                  int
+	mode                  runMode // the sizes: quick, default or long
+	rounds, latRounds     int     // rounds of the bandwidth and rate cases, and of the latency cases
+	goals                 []goal  // bounds on paired ratios, judged in the report
 	work                  Workload
 	remote                *remote // two-host mode (-connect): the server host; nil on one host
 }
@@ -321,12 +408,29 @@ func (h *harness) vlogf(t0 time.Time, format string, a ...any) {
 	}
 }
 
-// A runner is one column of a metric: one of our cases, a perftest tool, or TCP.
+// Default rounds: latency rounds are short (a few hundred milliseconds of
+// round trips), so more of them fit; 6 rounds is the fewest whose median
+// has a 95% interval.
+const (
+	defaultRounds    = 6
+	defaultLatRounds = 10
+)
+
+// roundsOf is the number of rounds of a metric's cases.
+func (h *harness) roundsOf(m Metric) int {
+	if m == Latency {
+		return h.latRounds
+	}
+	return h.rounds
+}
+
+// A runner is one column of a metric: one of our cases, a perftest tool,
+// TCP, or the Go floor.
 type runner struct {
 	Label  string // column name
-	Kind   string // "ours", "perftest" or "tcp"
+	Kind   string // "ours", "perftest", "tcp" or "floor"
 	Metric Metric
-	Case   *Case         // ours and tcp: the case run
+	Case   *Case         // ours, tcp and floor: the case run
 	Tool   *perftestTool // perftest
 }
 
@@ -361,6 +465,8 @@ func (r runner) Cmd(h *harness, size int) string {
 			return fmt.Sprintf("%s over TCP to %s, size %d, iterations %d", r.Case.Name, h.remote.peer, size, iters)
 		}
 		return fmt.Sprintf("%s over TCP 127.0.0.1, size %d, iterations %d", r.Case.Name, size, iters)
+	case "floor":
+		return fmt.Sprintf("%s: send/receive ping-pong over raw verbs (rdma_cm connection, busy-polled CQ, no library logic), size %d, iterations %d", r.Case.Name, size, iters)
 	}
 	return fmt.Sprintf("%s over RDMA, size %d, iterations %d, depth %d", r.Case.Name, size, iters, h.depth)
 }
@@ -375,14 +481,33 @@ type metricPlan struct {
 
 func (p metricPlan) runners() []runner { return append(slices.Clone(p.Ours), p.Baselns...) }
 
+// rows are the table's rows: our cases, then the Go floor (beside the
+// baselines, so that floor/perftest shows how far Go alone is from C).
+func (p metricPlan) rows() []runner {
+	rows := slices.Clone(p.Ours)
+	for _, b := range p.Baselns {
+		if b.Kind == "floor" {
+			rows = append(rows, b)
+		}
+	}
+	return rows
+}
+
 func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 	var out []metricPlan
 	for _, m := range metrics {
-		mp := metricPlan{Metric: m, Sizes: m.Sizes(h.quick)}
+		mp := metricPlan{Metric: m, Sizes: m.Sizes(h.mode)}
 		var tcpCase *Case
+		var floors []runner
 		for i := range registry {
 			c := &registry[i]
 			if c.Metric != m {
+				continue
+			}
+			if c.Floor {
+				if baselines.MatchString(c.Name) {
+					floors = append(floors, runner{Label: c.Name, Kind: "floor", Metric: m, Case: c})
+				}
 				continue
 			}
 			if c.TCP && tcpCase == nil {
@@ -404,6 +529,7 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 		if tcpCase != nil && baselines.MatchString("tcp") {
 			mp.Baselns = append(mp.Baselns, runner{Label: "tcp", Kind: "tcp", Metric: m, Case: tcpCase})
 		}
+		mp.Baselns = append(mp.Baselns, floors...)
 		out = append(out, mp)
 	}
 	return out
@@ -418,6 +544,7 @@ type cellKey struct {
 
 type cell struct {
 	Samples []*Sample
+	Rounds  []int // the round of each sample
 	Errs    []string
 }
 
@@ -427,7 +554,7 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 		for _, size := range mp.Sizes {
 			for _, r := range mp.runners() {
 				if r.runsAt(size) {
-					total += h.reps
+					total += h.roundsOf(mp.Metric)
 				}
 			}
 		}
@@ -436,20 +563,23 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 	if h.serverCPU >= 0 {
 		pin = fmt.Sprintf("servers on CPU %d, clients on CPU %d", h.serverCPU, h.clientCPU)
 	}
-	h.logf("rdmabench: %d runs on %s (%s), %d reps, depth %d, %s", total, h.addr, deviceName(), h.reps, h.depth, pin)
+	h.logf("rdmabench: %d runs on %s (%s), %d latency rounds, %d rounds of the others, depth %d, %s",
+		total, h.addr, deviceName(), h.latRounds, h.rounds, h.depth, pin)
 	res := map[cellKey]*cell{}
 	n := 0
 	for _, mp := range plan {
+		rounds := h.roundsOf(mp.Metric)
 		for _, size := range mp.Sizes {
-			for rep := 1; rep <= h.reps; rep++ {
-				// The runners take turns within a repetition, so that drift
-				// in the machine's load spreads over all of them.
-				for _, r := range mp.runners() {
+			var runners []runner
+			for _, r := range mp.runners() {
+				if r.runsAt(size) {
+					runners = append(runners, r)
+				}
+			}
+			for round := 1; round <= rounds; round++ {
+				for _, r := range roundOrder(runners, round) {
 					if ctx.Err() != nil {
 						return res
-					}
-					if !r.runsAt(size) {
-						continue
 					}
 					n++
 					k := cellKey{mp.Metric, size, r.Label}
@@ -459,20 +589,34 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 					t0 := time.Now()
 					s, err := h.runOne(ctx, r, size)
 					el := time.Since(t0)
-					prefix := fmt.Sprintf("[%*d/%d] %-9s %-7s rep %d/%d  %-17s", len(fmt.Sprint(total)), n, total,
-						mp.Metric.Short(), sizeString(size), rep, h.reps, r.Label)
+					prefix := fmt.Sprintf("[%*d/%d] %-9s %-7s round %d/%d  %-17s", len(fmt.Sprint(total)), n, total,
+						mp.Metric.Short(), sizeString(size), round, rounds, r.Label)
 					if err != nil {
 						res[k].Errs = append(res[k].Errs, firstLine(err.Error()))
 						h.logf("%s FAILED (%.1f s): %v", prefix, el.Seconds(), err)
 						continue
 					}
 					res[k].Samples = append(res[k].Samples, s)
+					res[k].Rounds = append(res[k].Rounds, round)
 					h.logf("%s %s  (%.1f s)", prefix, describeSample(mp.Metric, s, size), el.Seconds())
 				}
 			}
 		}
 	}
 	return res
+}
+
+// roundOrder is the order in which the runners take their turns in a round
+// (1-based): rotated by one each round, so that no runner always follows
+// the same one (a perftest server's teardown, a Go process's exit) or
+// always comes first after the previous size's runs, and drift in the
+// machine's load within a round spreads over all of them.
+func roundOrder(runners []runner, round int) []runner {
+	if len(runners) == 0 {
+		return nil
+	}
+	k := (round - 1) % len(runners)
+	return append(slices.Clone(runners[k:]), runners[:k]...)
 }
 
 func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, error) {
@@ -483,10 +627,17 @@ func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, erro
 			return h.runPerftestRemote(ctx, *r.Tool, size, iters)
 		case "tcp":
 			return h.runOursRemote(ctx, childArgs{caseName: r.Case.Name, network: "tcp", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)}, "tcp")
+		case "floor":
+			return h.runOursRemote(ctx, childArgs{caseName: r.Case.Name, network: "verbs", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)}, "floor")
 		}
 		return h.runOursRemote(ctx, childArgs{caseName: r.Case.Name, network: "rdma", size: size, iters: iters, warmup: h.work.Warmup(r.Metric)}, "ours")
 	}
 	switch r.Kind {
+	case "floor":
+		warmup := h.work.Warmup(r.Metric)
+		return measure(r.Metric, iters+warmup, true, func() (*Sample, error) {
+			return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "verbs", size: size, iters: iters, warmup: warmup})
+		})
 	case "perftest":
 		// Divided by -n: a warm-up of perftest's own would show as more
 		// packets per message.

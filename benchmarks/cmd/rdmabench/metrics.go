@@ -53,17 +53,35 @@ func (m Metric) Title() string {
 // LowerIsBetter is true for latency.
 func (m Metric) LowerIsBetter() bool { return m == Latency }
 
-// Sizes are the message sizes a metric runs with.
-func (m Metric) Sizes(quick bool) []int {
+// A runMode is how much a run measures: -quick (make demo), the default
+// (make bench) or -long (a decision).
+type runMode int
+
+const (
+	modeDefault runMode = iota
+	modeQuick
+	modeLong
+)
+
+// Sizes are the message sizes a metric runs with. The default leaves out
+// the smallest latency size and the smallest bandwidth size, whose ratios
+// follow their neighbours' (8 B and 64 B are both one inline packet; 4 KiB
+// streams are bound by per-message costs, as 64 KiB ones are), to keep
+// make bench within its time; -long runs them.
+func (m Metric) Sizes(mode runMode) []int {
 	switch {
-	case m == Latency && quick:
+	case m == Latency && mode == modeQuick:
 		return []int{64}
-	case m == Latency:
+	case m == Latency && mode == modeLong:
 		return []int{8, 64, 4 << 10}
-	case m == Bandwidth && quick:
+	case m == Latency:
+		return []int{64, 4 << 10}
+	case m == Bandwidth && mode == modeQuick:
 		return []int{64 << 10}
-	case m == Bandwidth:
+	case m == Bandwidth && mode == modeLong:
 		return []int{4 << 10, 64 << 10, 1 << 20}
+	case m == Bandwidth:
+		return []int{64 << 10, 1 << 20}
 	}
 	return []int{64}
 }

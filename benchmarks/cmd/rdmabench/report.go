@@ -16,7 +16,7 @@ import (
 )
 
 // report holds the aggregated results: per metric, size and runner, the
-// median over the repetitions.
+// median over the rounds, and the paired ratios.
 type report struct {
 	h     *harness
 	plan  []metricPlan
@@ -26,9 +26,11 @@ type report struct {
 	when  time.Time
 }
 
-// aggregate is the median over the repetitions of each statistic.
+// aggregate is the median over the rounds of each statistic.
 type aggregate struct {
 	Value, P99, P999, Avg, Check float64
+	Interval                     interval           // Value with its interval
+	Rounds                       []roundValue       // each round's value
 	Packets                      float64            // device packets per message (packets.go)
 	CPU                          []CPUUse           // CPU time per message by CPU (cpu.go)
 	Reps                         []float64          // each repetition's value
@@ -56,9 +58,15 @@ func (h *harness) report(plan []metricPlan, cells map[cellKey]*cell, wall time.D
 			a.Check = field(func(s *Sample) float64 { return s.Check })
 			a.Packets = field(func(s *Sample) float64 { return s.Packets })
 			a.CPU = medianCPU(c.Samples)
-			for _, s := range c.Samples {
+			for i, s := range c.Samples {
 				a.Reps = append(a.Reps, s.Value)
+				round := i + 1
+				if i < len(c.Rounds) {
+					round = c.Rounds[i]
+				}
+				a.Rounds = append(a.Rounds, roundValue{Round: round, Value: s.Value})
 			}
+			a.Interval = medianInterval(a.Reps)
 			if c.Samples[0].Counters != nil {
 				a.Counters = map[string]float64{}
 				for key := range c.Samples[0].Counters {
@@ -78,6 +86,46 @@ func (r *report) get(m Metric, size int, label string) *aggregate {
 		return nil
 	}
 	return a
+}
+
+// ratio is ours/baseline at a size: the median of the per-round paired
+// ratios with its interval; N is 0 when no round has both.
+func (r *report) ratio(m Metric, size int, ours, base string) interval {
+	oa, ba := r.get(m, size, ours), r.get(m, size, base)
+	if oa == nil || ba == nil {
+		return interval{}
+	}
+	v := pairedRatios(oa.Rounds, ba.Rounds)
+	if len(v) == 0 {
+		return interval{}
+	}
+	return medianInterval(v)
+}
+
+// goalResult is a goal with its verdict, for the table and the JSON.
+type goalResult struct {
+	goal
+	Ratio   interval `json:"ratio"`
+	Verdict string   `json:"verdict"` // met, missed or undecided
+}
+
+func (r *report) goalResults() []goalResult {
+	var out []goalResult
+	for _, g := range r.h.goals {
+		gr := goalResult{goal: g, Verdict: goalUndecided}
+		base := g.Baseline
+		for _, mp := range r.plan {
+			for _, b := range mp.Baselns {
+				if mp.Metric == g.Metric && strings.TrimSuffix(b.Label, " -R") == g.Baseline {
+					base = b.Label
+				}
+			}
+		}
+		gr.Ratio = r.ratio(g.Metric, g.Size, g.Case, base)
+		gr.Verdict = g.verdict(gr.Ratio)
+		out = append(out, gr)
+	}
+	return out
 }
 
 func (r *report) failures() int {
@@ -106,8 +154,8 @@ func (r *report) context() string {
 	if r.h.remote != nil {
 		where = fmt.Sprintf("two hosts: clients on %s, servers on %s", r.h.addr, r.h.remote.peer)
 	}
-	return fmt.Sprintf("%s on %s, %d CPUs, %s; median of %d reps; depth %d; ours: %s, %s",
-		deviceName(), where, runtime.NumCPU(), pin, r.h.reps, r.h.depth, spin, procs)
+	return fmt.Sprintf("%s on %s, %d CPUs, %s; medians of %d latency rounds and %d rounds of the others; depth %d; ours: %s, %s",
+		deviceName(), where, runtime.NumCPU(), pin, r.h.latRounds, r.h.rounds, r.h.depth, spin, procs)
 }
 
 func fmtVal(m Metric, v float64) string {
@@ -169,12 +217,15 @@ func (r *report) printTable(w io.Writer) {
 		}
 		fmt.Fprintln(tw, strings.Join(hdr, "\t"))
 		for _, size := range mp.Sizes {
-			for _, o := range mp.Ours {
+			for _, o := range mp.rows() {
 				if !o.runsAt(size) {
 					continue
 				}
 				oa := r.get(m, size, o.Label)
 				row := []string{sizeString(size), o.Label, cellText(m, oa)}
+				if o.Kind == "floor" {
+					row[2] = "(" + row[2] + ")" // its own column has it
+				}
 				for _, b := range mp.Baselns {
 					if !b.runsAt(size) {
 						row = append(row, "-")
@@ -183,12 +234,11 @@ func (r *report) printTable(w io.Writer) {
 					row = append(row, cellText(m, r.get(m, size, b.Label)))
 				}
 				for _, b := range mp.Baselns {
-					ba := r.get(m, size, b.Label)
-					if oa == nil || ba == nil {
+					if b.Label == o.Label || !b.runsAt(size) {
 						row = append(row, "-")
-					} else {
-						row = append(row, fmtRatio(oa.Value/ba.Value))
+						continue
 					}
+					row = append(row, r.ratio(m, size, o.Label, b.Label).ratioText())
 				}
 				fmt.Fprintln(tw, strings.Join(row, "\t"))
 			}
@@ -198,14 +248,29 @@ func (r *report) printTable(w io.Writer) {
 		r.printPackets(w, mp)
 		r.printCPU(w, mp)
 	}
-	if r.h.remote != nil || r.h.reps > 1 && r.h.verbose {
+	if r.h.remote != nil || r.h.verbose {
 		r.printSpread(w)
 	}
+	r.printGoals(w)
 	for _, n := range r.warnings() {
 		fmt.Fprintf(w, "\nWARNING: %s\n", n)
 	}
 	fmt.Fprintf(w, "\n%s\n", legend)
 	fmt.Fprintf(w, "wall time %s\n", r.wall.Round(time.Second))
+}
+
+// printGoals lists each goal with its paired ratio, interval and verdict.
+func (r *report) printGoals(w io.Writer) {
+	gs := r.goalResults()
+	if len(gs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nGoals (paired ratio, median of the rounds [%.0f%% interval]; met or missed only when the whole interval is on one side):\n", 100*confidence)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, g := range gs {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", g.goal, g.Ratio.ratioText(), strings.ToUpper(g.Verdict))
+	}
+	tw.Flush()
 }
 
 // counterKeys are the per-message counters the table shows (the JSON has all).
@@ -272,8 +337,9 @@ func (r *report) warnings() []string {
 		}
 	}
 	if n > 0 {
-		out = append(out, fmt.Sprintf("%d cells marked ! have repetitions more than %.1fx apart (max/min): "+
-			"the machine was busy during some of them; their medians are less reliable. More -reps, or a quieter machine, help.", n, unstableSpread))
+		out = append(out, fmt.Sprintf("%d cells marked ! have rounds more than %.1fx apart (max/min): "+
+			"the machine was busy during some of them, so their medians move between runs; the paired ratios' intervals "+
+			"include it. -long (more rounds), or a quieter machine, narrows them.", n, unstableSpread))
 	}
 	for k, a := range r.agg {
 		if r.h.remote != nil {
@@ -296,26 +362,47 @@ Bandwidth is MB/s with MB = 10^6 bytes: perftest's "BW average[MB/sec]" counts 2
 multiplied by 1.048576 (checked against MsgRate x size); ours and TCP are measured on the receiver.
 Message rate is 10^6 messages/s (perftest: MsgRate[Mpps]; ours and TCP: 64 B writes counted on the receiver;
 ud-msgrate: datagrams posted per second by the sender, as perftest -c UD counts, with what arrived below).
-ours/X > 1 means ours is slower for latency and faster for bandwidth and rate. ! = unstable repetitions.
+ours/X is the median over the rounds of ours/X within each round, with its 95% interval in brackets
+([n=N]: fewer than 6 rounds, no interval); go-floor is the same verbs calls with no library logic.
+ours/X > 1 means ours is slower for latency and faster for bandwidth and rate. ! = unstable rounds.
 Soft-RoCE emulated in a TCG guest: only ratios within one run mean anything.`
 
-// jsonResult is one object of the JSON output: one of our cases against one
-// baseline at one size. Values are medians over the repetitions; null means
-// every repetition failed (see error).
+// jsonReport is the JSON output: how the run went, one result per row,
+// size and baseline, and the goals' verdicts.
+type jsonReport struct {
+	Context   string       `json:"context"`
+	Date      string       `json:"date"`
+	Rounds    int          `json:"rounds"`     // bandwidth and rate
+	LatRounds int          `json:"lat_rounds"` // latency
+	Results   []jsonResult `json:"results"`
+	Goals     []goalResult `json:"goals"`
+}
+
+// jsonResult is one result of the JSON output: one of our cases (or the Go
+// floor) against one baseline at one size. Values are medians over the
+// rounds; null means every round failed (see error).
 type jsonResult struct {
-	Case          string   `json:"case"`
+	Case          string   `json:"case"` // our case, or "go-floor"
 	Metric        Metric   `json:"metric"`
 	Size          int      `json:"size"`
 	Ours          *float64 `json:"ours"`
-	Baseline      string   `json:"baseline"` // "perftest" or "tcp"
+	Baseline      string   `json:"baseline"` // "perftest", "tcp" or "floor"
+	BaselineLabel string   `json:"baseline_label"`
 	BaselineCmd   string   `json:"baseline_cmd"`
 	BaselineValue *float64 `json:"baseline_value"`
-	Ratio         *float64 `json:"ratio"` // ours / baseline_value
-	OursP99       *float64 `json:"ours_p99,omitempty"`
-	OursP999      *float64 `json:"ours_p999,omitempty"`
-	BaselineP99   *float64 `json:"baseline_p99,omitempty"`
-	BaselineP999  *float64 `json:"baseline_p999,omitempty"`
-	OursAvg       *float64 `json:"ours_avg,omitempty"`
+	// Ratio: the median of the per-round paired ratios ours/baseline, with
+	// its interval (RatioCI) and the ratios themselves in round order.
+	Ratio       *float64  `json:"ratio"`
+	RatioCI     *interval `json:"ratio_ci,omitempty"`
+	RatioRounds []float64 `json:"ratio_rounds,omitempty"`
+	// Each round's value, with its round.
+	OursRounds     []roundValue `json:"ours_rounds,omitempty"`
+	BaselineRounds []roundValue `json:"baseline_rounds,omitempty"`
+	OursP99        *float64     `json:"ours_p99,omitempty"`
+	OursP999       *float64     `json:"ours_p999,omitempty"`
+	BaselineP99    *float64     `json:"baseline_p99,omitempty"`
+	BaselineP999   *float64     `json:"baseline_p999,omitempty"`
+	OursAvg        *float64     `json:"ours_avg,omitempty"`
 	// OursCounters: work per message (round trip) of both processes,
 	// "client.X" / "server.X" (medians over the repetitions); the
 	// completion and polling keys are diagnostics, as in Sample.Counters.
@@ -343,14 +430,14 @@ func (r *report) results() []jsonResult {
 	var out []jsonResult
 	for _, mp := range r.plan {
 		m := mp.Metric
-		for _, o := range mp.Ours {
+		for _, o := range mp.rows() {
 			for _, size := range mp.Sizes {
 				for _, b := range mp.Baselns {
-					if !o.runsAt(size) || !b.runsAt(size) {
+					if !o.runsAt(size) || !b.runsAt(size) || b.Label == o.Label {
 						continue
 					}
 					oa, ba := r.get(m, size, o.Label), r.get(m, size, b.Label)
-					j := jsonResult{Case: o.Label, Metric: m, Size: size, Baseline: b.Kind, BaselineCmd: b.Cmd(r.h, size),
+					j := jsonResult{Case: o.Label, Metric: m, Size: size, Baseline: b.Kind, BaselineLabel: b.Label, BaselineCmd: b.Cmd(r.h, size),
 						Iterations: r.h.work.Iters(m, size), Pinned: r.h.serverCPU >= 0, OursReps: []float64{}, BaselineReps: []float64{}}
 					if m != Latency {
 						j.Depth = r.h.depth
@@ -384,8 +471,17 @@ func (r *report) results() []jsonResult {
 					} else {
 						errs = append(errs, b.Label+" failed: "+strings.Join(r.errs(m, size, b.Label), "; "))
 					}
+					if oa != nil {
+						j.OursRounds = oa.Rounds
+					}
+					if ba != nil {
+						j.BaselineRounds = ba.Rounds
+					}
 					if oa != nil && ba != nil {
-						j.Ratio = ptr(oa.Value / ba.Value)
+						if rr := pairedRatios(oa.Rounds, ba.Rounds); len(rr) > 0 {
+							iv := medianInterval(rr)
+							j.Ratio, j.RatioCI, j.RatioRounds = ptr(iv.Center), &iv, rr
+						}
 					}
 					j.Error = strings.Join(errs, "; ")
 					out = append(out, j)
@@ -409,7 +505,9 @@ func ptr(v float64) *float64 {
 }
 
 func (r *report) writeJSON(path string) error {
-	b, err := json.MarshalIndent(r.results(), "", "  ")
+	out := jsonReport{Context: r.context(), Date: r.when.UTC().Format(time.DateOnly), Rounds: r.h.rounds,
+		LatRounds: r.h.latRounds, Results: r.results(), Goals: r.goalResults()}
+	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
 	}

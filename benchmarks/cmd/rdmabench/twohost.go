@@ -295,7 +295,7 @@ func (h *harness) serveRun(ctx context.Context, c *ctlConn, st ctlStart) error {
 // after the client.
 func (h *harness) startServerSide(ctx context.Context, st ctlStart) (srv *proc, ready string, grace time.Duration, err error) {
 	switch st.Kind {
-	case "ours", "tcp":
+	case "ours", "tcp", "floor":
 		a := childArgs{caseName: st.Case, network: st.Network, size: st.Size, iters: st.Iters, warmup: st.Warmup, tcpHost: h.addr}
 		srv, err = startProc(ctx, h.timeout, h.serverCPU, append([]string{h.self, "-serve"}, a.flags(h)...)...)
 		if err != nil {
