@@ -119,9 +119,9 @@ func TestPerftestArgs(t *testing.T) {
 	}
 }
 
-// fakeReport is a report as a run with every cell filled would produce.
+// fakeReport is a report as a -long run (every size) with every cell filled would produce.
 func fakeReport(t *testing.T) *report {
-	h := &harness{addr: "169.254.77.1", depth: 128, rounds: 3, latRounds: 3, serverCPU: 0, clientCPU: 1, work: defaultWorkload(false), log: io.Discard}
+	h := &harness{addr: "169.254.77.1", depth: 128, rounds: 3, latRounds: 3, serverCPU: 0, clientCPU: 1, mode: modeLong, work: defaultWorkload(false), log: io.Discard}
 	plan := h.plan(regexp.MustCompile(""), regexp.MustCompile(""))
 	cells := map[cellKey]*cell{}
 	for _, mp := range plan {
