@@ -53,20 +53,18 @@ func (cc *ClientConn) newClientStream(ctx context.Context, desc *grpc.StreamDesc
 		case <-t.done:
 			continue
 		}
-		t.mu.Lock()
-		if t.err != nil || t.draining {
-			t.mu.Unlock()
-			<-t.slots
+		if !t.usable() {
+			t.releaseSlot()
 			if attempt < 3 {
 				continue
 			}
 			return nil, status.Error(codes.Unavailable, "grpcrdma: no usable connection")
 		}
-		t.lastID++
-		s := newStream(t, t.lastID)
+		// The stream gets its id, and its place in t.streams, when its first
+		// frame goes out (open): ids reach the server in increasing order.
+		s := newStream(t, 0)
 		s.maxRecv = ci.maxRecv
-		t.streams[s.id] = s
-		t.mu.Unlock()
+		s.slot = true
 		cs := &clientStream{cc: cc, t: t, s: s, ci: ci, ctx: ctx, desc: desc, method: method}
 		if watch && ctx.Done() != nil {
 			cs.stop = context.AfterFunc(ctx, func() { cs.abort(status.FromContextError(ctx.Err()).Err()) })
@@ -129,12 +127,23 @@ func (cs *clientStream) sendMsg(m any, end bool) error {
 	if end {
 		flags |= frame.FlagEnd
 	}
-	if err := cs.t.sendFrame(cs.ctx, frame.Header{Type: frame.TypeStream, Flags: flags, Stream: cs.s.id, Value: uint32(len(*bp))}, *bp, &e); err != nil {
+	if err := cs.frame(flags, *bp, &e); err != nil {
 		return cs.sendFailedLocked(err)
 	}
 	cs.headersSent = true
 	cs.endSent = end
 	return nil
+}
+
+// frame sends one STREAM frame of the call; the first opens the stream.
+// Called with sendMu held.
+func (cs *clientStream) frame(flags uint8, block []byte, e *encoded) error {
+	h := frame.Header{Type: frame.TypeStream, Flags: flags, Value: uint32(len(block))}
+	if cs.headersSent {
+		h.Stream = cs.s.id
+		return cs.t.sendFrame(cs.ctx, h, block, e)
+	}
+	return cs.t.open(cs.ctx, cs.s, h, block, e)
 }
 
 func (cs *clientStream) peerEnded() bool {
@@ -158,11 +167,11 @@ func (cs *clientStream) sendFailedLocked(err error) error {
 	if cs.peerEnded() {
 		return errStreamEnded
 	}
+	if cs.headersSent && !cs.s.ended() {
+		cs.t.sendControl(frame.Header{Type: frame.TypeCancel, Stream: cs.s.id, Value: uint32(status.Code(err))}, nil)
+	}
 	if cs.s.fail(err) {
 		go cs.finish(err) // abort's work without its lock
-		if cs.headersSent {
-			go cs.t.sendControl(frame.Header{Type: frame.TypeCancel, Stream: cs.s.id, Value: uint32(status.Code(err))}, nil)
-		}
 	}
 	return err
 }
@@ -188,7 +197,7 @@ func (cs *clientStream) CloseSend() error {
 		flags |= frame.FlagHeaders
 		*bp = cs.appendRequestHeaders(*bp)
 	}
-	if err := cs.t.sendFrame(cs.ctx, frame.Header{Type: frame.TypeStream, Flags: flags, Stream: cs.s.id, Value: uint32(len(*bp))}, *bp, nil); err != nil {
+	if err := cs.frame(flags, *bp, nil); err != nil {
 		cs.sendFailedLocked(err)
 		return nil // as grpc-go: the error shows in RecvMsg
 	}
@@ -207,7 +216,7 @@ func (cs *clientStream) flushHeaders() {
 	bp := getBlock()
 	defer putBlock(bp)
 	*bp = cs.appendRequestHeaders(*bp)
-	if err := cs.t.sendFrame(cs.ctx, frame.Header{Type: frame.TypeStream, Flags: frame.FlagHeaders, Stream: cs.s.id, Value: uint32(len(*bp))}, *bp, nil); err != nil {
+	if err := cs.frame(frame.FlagHeaders, *bp, nil); err != nil {
 		cs.sendFailedLocked(err)
 		return
 	}
@@ -301,23 +310,16 @@ func (cs *clientStream) end(err error, first bool) error {
 // abort ends the call here with err: the server is told (CANCEL) if it
 // knows of the call, and blocked operations return err.
 func (cs *clientStream) abort(err error) {
-	if !cs.s.fail(err) {
-		cs.finish(err)
-		return
-	}
+	// CANCEL goes out before the stream lets go of its slot, so the
+	// server never counts more streams than it allows.
 	cs.sendMu.Lock()
 	sent := cs.headersSent
 	cs.sendMu.Unlock()
-	if sent && !cs.peerEndedByServer() {
+	if sent && !cs.s.ended() {
 		cs.t.sendControl(frame.Header{Type: frame.TypeCancel, Stream: cs.s.id, Value: uint32(status.Code(err))}, nil)
 	}
+	cs.s.fail(err)
 	cs.finish(err)
-}
-
-func (cs *clientStream) peerEndedByServer() bool {
-	cs.s.mu.Lock()
-	defer cs.s.mu.Unlock()
-	return cs.s.peerEnd
 }
 
 // finish hands the call's results to its call options, once.

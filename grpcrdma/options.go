@@ -79,10 +79,10 @@ func (l limits) unreadBound() int64 {
 
 type serverOptions struct {
 	limits
-	unaryInts         []grpc.UnaryServerInterceptor
-	streamInts        []grpc.StreamServerInterceptor
-	codec             encoding.CodecV2 // nil: by the call's content-subtype
-	handshakeTimeout  time.Duration
+	unaryInts        []grpc.UnaryServerInterceptor
+	streamInts       []grpc.StreamServerInterceptor
+	codec            encoding.CodecV2 // nil: by the call's content-subtype
+	handshakeTimeout time.Duration
 }
 
 // A ServerOption configures a Server.

@@ -31,13 +31,13 @@ type Server struct {
 	mu        sync.Mutex // guards the fields below
 	services  map[string]*serviceInfo
 	listeners map[*rdma.Listener]bool
-	raw       map[*rdma.Conn]bool    // accepted, not yet a transport
-	conns     map[*transport]bool    // serving
-	draining  bool                   // GracefulStop called
-	stopped   bool                   // Stop called
-	serveWG   sync.WaitGroup         // Serve's connection goroutines
-	handlers  sync.WaitGroup         // running handlers
-	started   bool                   // Serve was called: services are fixed
+	raw       map[*rdma.Conn]bool // accepted, not yet a transport
+	conns     map[*transport]bool // serving
+	draining  bool                // GracefulStop called
+	stopped   bool                // Stop called
+	serveWG   sync.WaitGroup      // Serve's connection goroutines
+	handlers  sync.WaitGroup      // running handlers
+	started   bool                // Serve was called: services are fixed
 }
 
 type serviceInfo struct {
@@ -259,13 +259,21 @@ func (s *Server) startStream(t *transport, st *stream, blk frame.Block) {
 	}
 	ss := &serverStream{srv: s, t: t, s: st, cancel: cancel, method: blk.Path}
 	st.mu.Lock()
-	st.onCancel = func(codes.Code) { cancel() }
+	st.onCancel = func(c codes.Code) {
+		// A caller whose deadline passed cancels with DeadlineExceeded:
+		// the handler's own deadline, no earlier than the caller's, ends
+		// its context with the same error.
+		if c != codes.DeadlineExceeded || blk.Timeout <= 0 {
+			cancel()
+		}
+	}
 	st.mu.Unlock()
 	if blk.Timeout > 0 {
 		// An expired deadline ends the call here and tells the client,
 		// whatever the handler does next.
-		context.AfterFunc(ctx, func() {
-			if ctx.Err() == context.DeadlineExceeded {
+		dctx := ctx
+		context.AfterFunc(dctx, func() {
+			if dctx.Err() == context.DeadlineExceeded {
 				ss.finish(status.New(codes.DeadlineExceeded, context.DeadlineExceeded.Error()), nil)
 			}
 		})

@@ -42,6 +42,7 @@ type stream struct {
 	id      uint32
 	send    *flow.Send // what this side may still send
 	maxRecv int        // set before the first message can arrive
+	slot    bool       // client: holds one of t.slots; guarded by t.mu
 
 	mu        sync.Mutex // guards the fields below
 	recv      flow.Recv
@@ -228,6 +229,13 @@ func (s *stream) fail(err error) bool {
 	close(s.done)
 	s.t.remove(s)
 	return true
+}
+
+// ended reports whether the stream is over here or at the peer.
+func (s *stream) ended() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peerEnd || s.err != nil
 }
 
 // peerCancel handles the peer's CANCEL.

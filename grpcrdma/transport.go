@@ -42,6 +42,8 @@ type transport struct {
 	onStream func(*stream, frame.Block) // server: a new stream's first frame; runs on the reader
 	onIdle   func(*transport)           // server: draining and no stream left
 
+	openMu sync.Mutex // client: held while a stream gets its id and sends its first frame
+
 	mu       sync.Mutex // guards the fields below
 	streams  map[uint32]*stream
 	lastID   uint32 // server: highest stream id opened by the peer; client: last id issued
@@ -268,18 +270,46 @@ func (t *transport) goAway(last uint32, msg string) {
 	t.maybeIdle()
 }
 
-// remove forgets a stream that ended.
+// remove forgets a stream that ended, and gives back its slot.
 func (t *transport) remove(s *stream) {
 	t.mu.Lock()
-	_, ok := t.streams[s.id]
-	delete(t.streams, s.id)
+	ok := s.id != 0 && t.streams[s.id] == s
+	if ok {
+		delete(t.streams, s.id)
+	}
+	slot := s.slot
+	s.slot = false
 	t.mu.Unlock()
-	if ok && t.slots != nil {
+	if slot {
 		<-t.slots
 	}
 	if ok {
 		t.maybeIdle()
 	}
+}
+
+// releaseSlot gives back a slot taken for a stream that never started.
+func (t *transport) releaseSlot() { <-t.slots }
+
+// open gives a client stream its id and sends its first frame: ids are
+// issued and sent under openMu, so they reach the server in order.
+func (t *transport) open(ctx context.Context, s *stream, h frame.Header, block []byte, e *encoded) error {
+	t.openMu.Lock()
+	defer t.openMu.Unlock()
+	t.mu.Lock()
+	if t.err != nil || t.draining {
+		t.mu.Unlock()
+		if e != nil {
+			e.free()
+		}
+		return status.Error(codes.Unavailable, "grpcrdma: the connection closed or is going away")
+	}
+	t.lastID++
+	s.id = t.lastID
+	t.streams[s.id] = s
+	t.mu.Unlock()
+	h.Stream = s.id
+	return t.sendFrame(ctx, h, block, e)
 }
 
 // maybeIdle tells the owner of a draining transport that its last stream
