@@ -1,0 +1,60 @@
+package grpcrdma
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/verbline/rdma"
+	"github.com/verbline/rdma/grpcrdma/internal/testpb"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/rdmatest/baseline"
+)
+
+// rdmaListen listens over RDMA on the test device's address.
+func rdmaListen(env rdmatest.Env) listenFn {
+	return func(t testing.TB) *rdma.Listener {
+		ln, err := rdma.Listen("rdma", net.JoinHostPort(env.Addr, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln
+	}
+}
+
+// TestSuiteRDMA runs the behaviour suite over RDMA connections, then
+// checks that no RDMA object or goroutine is left.
+func TestSuiteRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	baseRes, baseG := baseline.Take(t, env)
+	start := time.Now()
+	runSuite(t, rdmaListen(env), nil)
+	t.Logf("suite over RDMA: %v", time.Since(start))
+	rdmatest.CheckNoLeaks(t, baseRes, baseG)
+}
+
+// TestRDMATransport checks the calls really run over RDMA and that a
+// message above the receive buffers moves whole (the library's rendezvous).
+func TestRDMATransport(t *testing.T) {
+	env := rdmatest.Require(t)
+	baseRes, baseG := baseline.Take(t, env)
+	p := newPair(t, rdmaListen(env), nil)
+	p.cc.mu.Lock()
+	c := p.cc.t.conn
+	p.cc.mu.Unlock()
+	if c.Transport() != "rdma" || c.LocalAddr().Network() != "rdma" {
+		t.Fatalf("transport %q, local address %v (%s)", c.Transport(), c.LocalAddr(), c.LocalAddr().Network())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
+	defer cancel()
+	before := c.Stats()
+	payload := make([]byte, 1<<20)
+	if r, err := p.client.Say(ctx, &testpb.EchoRequest{Payload: payload}); err != nil || len(r.Payload) != len(payload) {
+		t.Fatalf("1 MiB: %v", err)
+	}
+	after := c.Stats()
+	t.Logf("stats before %+v after %+v", before, after)
+	p.close(t)
+	rdmatest.CheckNoLeaks(t, baseRes, baseG)
+}
