@@ -204,6 +204,10 @@ func (t *transport) handleStream(f frame.Frame, b buffer.Buf) error {
 		}
 		blk.Details = append([]byte(nil), blk.Details...) // the block dies with b
 	}
+	if !t.server && f.Flags&frame.FlagEnd != 0 {
+		b.Release()
+		return fmt.Errorf("stream %d: END from a server", f.Stream)
+	}
 	if t.server {
 		if f.Flags&frame.FlagStatus != 0 {
 			b.Release()
