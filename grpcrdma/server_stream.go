@@ -197,7 +197,7 @@ func (ss *serverStream) finish(st *status.Status, reply any) {
 	if endErr == nil {
 		endErr = errCallEnded
 	}
-	if !ss.s.fail(endErr) {
+	if !ss.s.end(endErr) {
 		if e != nil {
 			e.free()
 		}
@@ -211,6 +211,7 @@ func (ss *serverStream) finish(st *status.Status, reply any) {
 		flags |= frame.FlagMessage
 	}
 	ss.t.sendFrame(ss.t.ctx, frame.Header{Type: frame.TypeStream, Flags: flags, Stream: ss.s.id, Value: uint32(len(*bp))}, *bp, e)
+	ss.t.remove(ss.s) // after the STATUS: a draining transport may close now
 }
 
 // transportStream is the call as grpc.SetHeader, grpc.SendHeader,

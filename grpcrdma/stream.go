@@ -81,17 +81,27 @@ func (s *stream) signal() {
 // deliver takes a STREAM frame from the reader; it owns b. An error is
 // the peer's protocol violation.
 func (s *stream) deliver(f frame.Frame, blk frame.Block, b buffer.Buf) error {
+	finished, err := s.deliverLocked(f, blk, b)
+	if finished {
+		// Forgotten before the reader reads on: a connection that ends
+		// right after the status does not fail a call that completed.
+		s.t.remove(s)
+	}
+	return err
+}
+
+func (s *stream) deliverLocked(f frame.Frame, blk frame.Block, b buffer.Buf) (finished bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.signal()
 	if s.peerEnd {
 		b.Release()
-		return fmt.Errorf("stream %d: a frame after the peer's end of stream", s.id)
+		return false, fmt.Errorf("stream %d: a frame after the peer's end of stream", s.id)
 	}
 	if f.Flags&frame.FlagHeaders != 0 {
 		if s.gotHeader {
 			b.Release()
-			return fmt.Errorf("stream %d: headers twice", s.id)
+			return false, fmt.Errorf("stream %d: headers twice", s.id)
 		}
 		s.gotHeader = true
 		s.header = blk.Header
@@ -100,13 +110,13 @@ func (s *stream) deliver(f frame.Frame, blk frame.Block, b buffer.Buf) error {
 		}
 	} else if !s.gotHeader && f.Flags&frame.FlagStatus == 0 {
 		b.Release()
-		return fmt.Errorf("stream %d: a frame before the headers", s.id)
+		return false, fmt.Errorf("stream %d: a frame before the headers", s.id)
 	}
 	if f.Flags&frame.FlagMessage != 0 {
 		n := len(f.Message)
 		if err := s.recv.Received(n); err != nil {
 			b.Release()
-			return fmt.Errorf("stream %d: %w", s.id, err)
+			return false, fmt.Errorf("stream %d: %w", s.id, err)
 		}
 		m := inMsg{data: f.Message}
 		switch {
@@ -141,9 +151,9 @@ func (s *stream) deliver(f frame.Frame, blk frame.Block, b buffer.Buf) error {
 			s.trailer = metadata.MD{}
 		}
 		s.st = statusFromBlock(blk)
-		go s.t.remove(s)
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // next waits for the next message; at the peer's end it returns io.EOF, or
@@ -214,6 +224,16 @@ func (s *stream) waitHeader(ctx context.Context) (metadata.MD, error) {
 // operations return it; queued messages are dropped. It reports whether
 // this call ended it.
 func (s *stream) fail(err error) bool {
+	if !s.end(err) {
+		return false
+	}
+	s.t.remove(s)
+	return true
+}
+
+// end is fail without forgetting the stream: its owner sends its last
+// frame before it lets the transport forget it (and maybe close).
+func (s *stream) end(err error) bool {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -227,7 +247,6 @@ func (s *stream) fail(err error) bool {
 		q[i].release(s.t)
 	}
 	close(s.done)
-	s.t.remove(s)
 	return true
 }
 

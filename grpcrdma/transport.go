@@ -362,11 +362,13 @@ func (t *transport) close(err error) {
 		streams = append(streams, s)
 	}
 	t.mu.Unlock()
-	t.cancel()
+	// Streams first: a handler that sees its context end must find its
+	// call over, not send a status of its own.
 	st := closedStatus(err)
 	for _, s := range streams {
 		s.fail(st)
 	}
+	t.cancel()
 	t.conn.Close()
 	close(t.done)
 }

@@ -3,6 +3,7 @@ package grpcrdma
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,22 @@ func fuzzTransport(server bool, window int) (*transport, *[]*stream) {
 		}
 	}
 	return t, &all
+}
+
+var (
+	fuzzPoolOnce sync.Once
+	fuzzPoolP    *buffer.Pool
+	fuzzPoolErr  error
+)
+
+// fuzzPool is one pool of plain memory for every input: making one per
+// input (mapping its arenas) would cost more than the input's run.
+func fuzzPool(t *testing.T) *buffer.Pool {
+	fuzzPoolOnce.Do(func() { fuzzPoolP, fuzzPoolErr = buffer.NewPool(nil, buffer.Options{}) })
+	if fuzzPoolErr != nil {
+		t.Fatal(fuzzPoolErr)
+	}
+	return fuzzPoolP
 }
 
 // fuzzFrames encodes frames as the fuzz input's records: a 2-byte length,
@@ -91,50 +108,48 @@ func FuzzTransportFrames(f *testing.F) {
 		mkFrame(frame.TypeStream, frame.FlagStatus, 2, 0, st, nil),
 		mkFrame(frame.TypeGoAway, 0, 0, 2, nil, []byte("bye")),
 		mkFrame(frame.TypeStream, frame.FlagHeaders, 9, 0, nil, nil)))
-	f.Fuzz(func(tt *testing.T, in []byte) {
-		if len(in) == 0 {
-			return
+	f.Fuzz(fuzzTransportOne)
+}
+
+func fuzzTransportOne(tt *testing.T, in []byte) {
+	if len(in) == 0 {
+		return
+	}
+	pool := fuzzPool(tt)
+	t, all := fuzzTransport(in[0]&1 == 0, 4096)
+	defer t.cancel()
+	in = in[1:]
+	for len(in) >= 2 {
+		n := int(binary.BigEndian.Uint16(in))
+		in = in[2:]
+		if n > len(in) {
+			n = len(in)
 		}
-		pool, err := buffer.NewPool(nil, buffer.Options{})
+		b, err := pool.Get(n)
 		if err != nil {
 			tt.Fatal(err)
 		}
-		defer pool.Close()
-		t, all := fuzzTransport(in[0]&1 == 0, 4096)
-		defer t.cancel()
-		in = in[1:]
-		for len(in) >= 2 {
-			n := int(binary.BigEndian.Uint16(in))
-			in = in[2:]
-			if n > len(in) {
-				n = len(in)
+		copy(b.Bytes(), in[:n])
+		in = in[n:]
+		if err := t.handle(b); err != nil {
+			if err.Error() == "" {
+				tt.Fatal("an error without a message")
 			}
-			b, err := pool.Get(n)
-			if err != nil {
-				tt.Fatal(err)
-			}
-			copy(b.Bytes(), in[:n])
-			in = in[n:]
-			if err := t.handle(b); err != nil {
-				if err.Error() == "" {
-					tt.Fatal("an error without a message")
-				}
-				break // the connection would close here
-			}
+			break // the connection would close here
 		}
-		for _, s := range *all {
-			s.fail(errCallEnded)
-			s.drop()
+	}
+	for _, s := range *all {
+		s.fail(errCallEnded)
+		s.drop()
+	}
+	if h := t.held.Load(); h != 0 {
+		tt.Fatalf("%d buffers held after every call ended", h)
+	}
+	deadline := time.Now().Add(time.Second)
+	for pool.Stats().InUseBytes != 0 {
+		if time.Now().After(deadline) {
+			tt.Fatalf("%d bytes of buffers not released", pool.Stats().InUseBytes)
 		}
-		if h := t.held.Load(); h != 0 {
-			tt.Fatalf("%d buffers held after every call ended", h)
-		}
-		deadline := time.Now().Add(time.Second)
-		for pool.Stats().InUseBytes != 0 {
-			if time.Now().After(deadline) {
-				tt.Fatalf("%d bytes of buffers not released", pool.Stats().InUseBytes)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	})
+		time.Sleep(time.Millisecond)
+	}
 }
