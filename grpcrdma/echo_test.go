@@ -7,13 +7,9 @@ package grpcrdma
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -261,12 +257,3 @@ func wantCode(t testing.TB, what string, err error, c codes.Code) *status.Status
 	}
 	return st
 }
-
-// tcpAddr reports whether a is a TCP address (a fallback connection).
-func tcpAddr(a net.Addr) bool { return a.Network() == "tcp" }
-
-var errStop = errors.New("stop")
-
-var _ = fmt.Sprint
-var _ sync.Mutex
-var _ = errStop
