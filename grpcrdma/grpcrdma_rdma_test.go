@@ -58,3 +58,38 @@ func TestRDMATransport(t *testing.T) {
 	p.close(t)
 	rdmatest.CheckNoLeaks(t, baseRes, baseG)
 }
+
+func rdmaListenAt(t testing.TB, addr string) *rdma.Listener {
+	ln, err := rdma.Listen("rdma", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// TestLifecycleRDMA: reconnect, GracefulStop and Stop over RDMA.
+func TestLifecycleRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	baseRes, baseG := baseline.Take(t, env)
+	runLifecycle(t, net.JoinHostPort(env.Addr, "0"), rdmaListenAt, nil)
+	rdmatest.CheckNoLeaks(t, baseRes, baseG)
+}
+
+// TestAllocsRDMA: no message copied, and the allocations of a unary call
+// over RDMA.
+func TestAllocsRDMA(t *testing.T) {
+	env := rdmatest.Require(t)
+	baseRes, baseG := baseline.Take(t, env)
+	p := newPair(t, rdmaListen(env), nil)
+	t.Run("ZeroCopy", func(t *testing.T) { testZeroCopy(t, p) })
+	t.Logf("allocations per unary call over RDMA, client and server together: %.1f", unaryAllocs(t, p))
+	p.close(t)
+	rdmatest.CheckNoLeaks(t, baseRes, baseG)
+}
+
+func BenchmarkUnaryRDMA(b *testing.B) {
+	env := rdmatest.Require(b)
+	p := newPair(b, rdmaListen(env), nil)
+	defer p.close(b)
+	benchUnary(b, p)
+}

@@ -134,6 +134,7 @@ func (s *stream) deliverLocked(f frame.Frame, blk frame.Block, b buffer.Buf) (fi
 			s.queue = append(s.queue, m)
 		default:
 			s.t.held.Add(-1)
+			s.t.copied.Add(1)
 			m.data = append([]byte(nil), f.Message...)
 			b.Release()
 			s.queue = append(s.queue, m)

@@ -37,7 +37,8 @@ type transport struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	held atomic.Int32 // received buffers held by streams
+	held   atomic.Int32 // received buffers held by streams
+	copied atomic.Int64 // messages copied out of their receive buffer (past maxHeld)
 
 	onStream func(*stream, frame.Block) // server: a new stream's first frame; runs on the reader
 	onIdle   func(*transport)           // server: draining and no stream left
