@@ -136,6 +136,14 @@ func ForceServerCodec(codec encoding.CodecV2) ServerOption {
 	return func(o *serverOptions) { o.codec = codec }
 }
 
+// MaxHeaderBlock sets the largest header block (a frame's metadata, path
+// and status) the server accepts (default 64 KiB, at least 1 KiB), as
+// grpc.MaxHeaderListSize does; a client sending more fails its call with
+// ResourceExhausted before sending it.
+func MaxHeaderBlock(n int) ServerOption {
+	return func(o *serverOptions) { o.maxBlock = n }
+}
+
 // HandshakeTimeout bounds how long an accepted connection may take to send
 // its SETTINGS frame (default 10 s).
 func HandshakeTimeout(d time.Duration) ServerOption {
@@ -198,6 +206,13 @@ func WithMaxSendMsgSize(n int) DialOption {
 // before the server waits (default 256 KiB; at least 1 KiB).
 func WithStreamWindow(n int) DialOption {
 	return func(o *dialOptions) { o.streamWindow = n }
+}
+
+// WithMaxHeaderBlock sets the largest header block (a response's headers,
+// or its status and trailers) the client accepts (default 64 KiB, at least
+// 1 KiB); a server with more to send fails the call with Internal instead.
+func WithMaxHeaderBlock(n int) DialOption {
+	return func(o *dialOptions) { o.maxBlock = n }
 }
 
 // WithCodec sets the codec of every call (as grpc.ForceCodecV2 per call);

@@ -207,6 +207,16 @@ func (ss *serverStream) finish(st *status.Status, reply any) {
 	defer putBlock(bp)
 	*bp = frame.AppendMD(*bp, frame.KindHeader, h)
 	*bp = appendStatus(*bp, st, trailer)
+	if len(*bp) > int(ss.t.peer.MaxBlock) {
+		// Headers and trailers the client would refuse: it gets the
+		// reason instead of them, and no reply.
+		st = status.Newf(codes.Internal, "grpcrdma: the response's metadata (%d bytes) is above the %d bytes the client accepts", len(*bp), ss.t.peer.MaxBlock)
+		*bp = appendStatus((*bp)[:0], st, nil)
+		if e != nil {
+			e.free()
+			e = nil
+		}
+	}
 	if e != nil {
 		flags |= frame.FlagMessage
 	}

@@ -46,6 +46,8 @@ var suite = []suiteCase{
 	{name: "Concurrent", run: testConcurrent},
 	{name: "StalledStream", run: testStalledStream, sopt: []ServerOption{StreamWindow(4096)}, dopt: []DialOption{WithStreamWindow(4096)}},
 	{name: "MessageLimits", run: testMessageLimits, sopt: []ServerOption{MaxRecvMsgSize(1000)}},
+	{name: "LargeMetadata", run: testLargeMetadata, dopt: []DialOption{WithMaxHeaderBlock(2048)}},
+	{name: "StreamLimit", run: testStreamLimit, sopt: []ServerOption{MaxConcurrentStreams(2)}},
 }
 
 func runSuite(t *testing.T, listen listenFn, dopts []DialOption) {
@@ -511,5 +513,47 @@ func testMessageLimits(t *testing.T, p *pair) {
 	wantCode(t, "per-RPC credentials", err, codes.Unimplemented)
 	if _, err := p.client.Say(ctx, &testpb.EchoRequest{Payload: make([]byte, 500)}); err != nil {
 		t.Fatalf("within the limits: %v", err)
+	}
+}
+
+// testLargeMetadata: metadata above what the peer accepts fails the call
+// (ResourceExhausted on the request side, Internal for a response's),
+// and the connection serves on.
+func testLargeMetadata(t *testing.T, p *pair) {
+	ctx := ctxT(t, 5*time.Second)
+	big := strings.Repeat("x", DefaultMaxHeaderBlock)
+	_, err := p.client.Say(metadata.AppendToOutgoingContext(ctx, "big", big), &testpb.EchoRequest{})
+	wantCode(t, "request metadata above the server's limit", err, codes.ResourceExhausted)
+	k := strings.Repeat("k", 1100)
+	_, err = p.client.Say(metadata.AppendToOutgoingContext(ctx, "x-echo", k, "x-echo", k), &testpb.EchoRequest{Message: "meta"})
+	wantCode(t, "response metadata above the client's limit", err, codes.Internal)
+	_, err = p.client.Say(metadata.AppendToOutgoingContext(ctx, "Mixed-Case", "1", "bad key", "2"), &testpb.EchoRequest{})
+	if err != nil {
+		t.Fatalf("keys to lower-case or leave out: %v", err)
+	}
+	if _, err := p.client.Say(ctx, &testpb.EchoRequest{Message: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testStreamLimit: with a server running two calls at once, ten concurrent
+// slow calls all succeed: the client waits for a free slot.
+func testStreamLimit(t *testing.T, p *pair) {
+	ctx := ctxT(t, 20*time.Second)
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.client.Say(ctx, &testpb.EchoRequest{Message: fmt.Sprint(i), DelayMs: 20}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

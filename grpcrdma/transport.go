@@ -386,6 +386,12 @@ func (t *transport) usable() bool {
 // is marshalled straight into registered memory. ctx bounds the wait for
 // the connection's credit.
 func (t *transport) sendFrame(ctx context.Context, h frame.Header, block []byte, msg *encoded) error {
+	if h.Type == frame.TypeStream && len(block) > int(t.peer.MaxBlock) {
+		if msg != nil {
+			msg.free()
+		}
+		return status.Errorf(codes.ResourceExhausted, "grpcrdma: metadata of %d bytes, above the %d the peer accepts", len(block), t.peer.MaxBlock)
+	}
 	n := frame.HeaderLen + len(block)
 	if msg != nil {
 		n += msg.n

@@ -2,6 +2,7 @@ package frame
 
 import (
 	"encoding/binary"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/metadata"
@@ -64,9 +65,18 @@ func AppendCode(b []byte, code uint32) []byte {
 }
 
 // AppendMD appends md's pairs as entries of kind k (KindHeader or
-// KindTrailer). Keys are lower-cased, as metadata.MD keeps them.
+// KindTrailer). Keys are lower-cased, as gRPC's are; a key that is still
+// not a valid one (empty, or with characters gRPC does not allow, as in
+// HTTP/2's pseudo-headers) is left out rather than sent for the peer to
+// refuse.
 func AppendMD(b []byte, k byte, md metadata.MD) []byte {
 	for key, vals := range md {
+		if !ValidKey(key) {
+			key = strings.ToLower(key)
+			if !ValidKey(key) {
+				continue
+			}
+		}
 		for _, v := range vals {
 			b = append(b, k)
 			b = binary.AppendUvarint(b, uint64(uvarintLen(uint64(len(key)))+len(key)+len(v)))
@@ -171,4 +181,15 @@ func validKey(k []byte) bool {
 }
 
 // ValidKey reports whether k may be sent as a metadata key.
-func ValidKey(k string) bool { return validKey([]byte(k)) }
+func ValidKey(k string) bool {
+	if len(k) == 0 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}

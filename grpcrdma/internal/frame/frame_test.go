@@ -178,3 +178,15 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendMDKeys(t *testing.T) {
+	md := metadata.MD{"Upper-Case": {"1"}, ":authority": {"x"}, "with space": {"y"}, "": {"z"}, "ok": {"2"}}
+	blk, err := ParseBlock(AppendMD(nil, KindHeader, md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := metadata.MD{"upper-case": {"1"}, "ok": {"2"}}
+	if !reflect.DeepEqual(blk.Header, want) {
+		t.Fatalf("sent %v, want %v", blk.Header, want)
+	}
+}
