@@ -24,6 +24,7 @@ type ClientConn struct {
 
 	mu      sync.Mutex // guards the fields below
 	t       *transport
+	old     map[*transport]bool // replaced while draining: closed by Close if still open
 	dialing chan struct{} // closed when the dial in progress ends
 	dialErr error
 	closed  bool
@@ -63,7 +64,13 @@ func (cc *ClientConn) Close() error {
 	t := cc.t
 	cc.t = nil
 	dialing := cc.dialing
+	old := cc.old
+	cc.old = nil
 	cc.mu.Unlock()
+	for o := range old {
+		o.close(errors.New("grpcrdma: ClientConn closed"))
+		<-o.readerDone
+	}
 	if dialing != nil {
 		<-dialing
 		cc.mu.Lock()
@@ -123,6 +130,21 @@ func (cc *ClientConn) transport(ctx context.Context) (*transport, error) {
 				close(ch)
 				t.close(errors.New("grpcrdma: ClientConn closed"))
 				return nil, errConnClosing
+			}
+			if cc.t != nil {
+				// A draining or failed transport: Close ends it if its
+				// last calls have not by then.
+				if cc.old == nil {
+					cc.old = map[*transport]bool{}
+				}
+				for o := range cc.old {
+					select {
+					case <-o.done:
+						delete(cc.old, o)
+					default:
+					}
+				}
+				cc.old[cc.t] = true
 			}
 			cc.t = t
 		}

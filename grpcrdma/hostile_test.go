@@ -99,7 +99,7 @@ func TestHostileClient(t *testing.T) {
 	}{
 		{"unknown stream id", [][]byte{mkFrame(frame.TypeStream, frame.FlagMessage, 5, 0, nil, []byte("x"))}},
 		{"headers twice", [][]byte{request(1, "/grpcrdma.test.Echo/Collect", 0, nil), request(1, "/grpcrdma.test.Echo/Collect", 0, nil)}},
-		{"message after end", [][]byte{request(1, "/grpcrdma.test.Echo/Collect", frame.FlagEnd, nil), mkFrame(frame.TypeStream, frame.FlagMessage, 1, 0, nil, nil)}},
+		{"message after end", [][]byte{request(1, "/grpcrdma.test.Echo/Chat", frame.FlagMessage|frame.FlagEnd, stall), mkFrame(frame.TypeStream, frame.FlagMessage, 1, 0, nil, nil)}},
 		{"status from a client", [][]byte{request(1, "/grpcrdma.test.Echo/Collect", frame.FlagStatus, nil)}},
 		{"window for an unopened stream", [][]byte{mkFrame(frame.TypeWindow, 0, 3, 10, nil, nil)}},
 		{"window beyond what was sent", [][]byte{request(1, "/grpcrdma.test.Echo/Collect", 0, nil), mkFrame(frame.TypeWindow, 0, 1, 10, nil, nil)}},

@@ -203,6 +203,7 @@ func (ss *serverStream) finish(st *status.Status, reply any) {
 		}
 		return // cancelled by the client or the connection: nobody to tell
 	}
+	forgotten := ss.t.forget(ss.s)
 	bp := getBlock()
 	defer putBlock(bp)
 	*bp = frame.AppendMD(*bp, frame.KindHeader, h)
@@ -221,7 +222,9 @@ func (ss *serverStream) finish(st *status.Status, reply any) {
 		flags |= frame.FlagMessage
 	}
 	ss.t.sendFrame(ss.t.ctx, frame.Header{Type: frame.TypeStream, Flags: flags, Stream: ss.s.id, Value: uint32(len(*bp))}, *bp, e)
-	ss.t.remove(ss.s) // after the STATUS: a draining transport may close now
+	if forgotten {
+		ss.t.maybeIdle() // after the STATUS: a draining transport may close now
+	}
 }
 
 // transportStream is the call as grpc.SetHeader, grpc.SendHeader,

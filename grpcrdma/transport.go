@@ -277,6 +277,16 @@ func (t *transport) goAway(last uint32, msg string) {
 
 // remove forgets a stream that ended, and gives back its slot.
 func (t *transport) remove(s *stream) {
+	if t.forget(s) {
+		t.maybeIdle()
+	}
+}
+
+// forget is remove without the idle check, for a server stream whose
+// STATUS is still to go out: it no longer counts against the stream limit
+// (the client may open the next call as soon as it sees the STATUS), but
+// the transport must not close before the STATUS is sent.
+func (t *transport) forget(s *stream) bool {
 	t.mu.Lock()
 	ok := s.id != 0 && t.streams[s.id] == s
 	if ok {
@@ -288,9 +298,7 @@ func (t *transport) remove(s *stream) {
 	if slot {
 		<-t.slots
 	}
-	if ok {
-		t.maybeIdle()
-	}
+	return ok
 }
 
 // releaseSlot gives back a slot taken for a stream that never started.
