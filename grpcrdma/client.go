@@ -25,7 +25,7 @@ type ClientConn struct {
 	mu      sync.Mutex // guards the fields below
 	t       *transport
 	old     map[*transport]bool // replaced while draining: closed by Close if still open
-	dialing chan struct{} // closed when the dial in progress ends
+	dialing chan struct{}       // closed when the dial in progress ends
 	dialErr error
 	closed  bool
 }
