@@ -39,8 +39,14 @@ func appendStatus(b []byte, st *status.Status, trailer metadata.MD) []byte {
 	return b
 }
 
+// okStatus is shared by every call that ends well (a Status is immutable).
+var okStatus = status.New(codes.OK, "")
+
 // statusFromBlock returns the status a STATUS frame's block carries.
 func statusFromBlock(blk frame.Block) *status.Status {
+	if blk.HasCode && blk.Code == 0 && blk.Message == "" && len(blk.Details) == 0 {
+		return okStatus
+	}
 	if !blk.HasCode {
 		return status.New(codes.Internal, "grpcrdma: the server's status frame has no status code")
 	}

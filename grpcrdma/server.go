@@ -314,7 +314,7 @@ func (s *Server) runStream(ss *serverStream, subtype string) {
 			ss.finish(statusOf(err), nil)
 			return
 		}
-		ss.finish(status.New(codes.OK, ""), reply)
+		ss.finish(okStatus, reply)
 		return
 	}
 	if sd := si.streams[method]; sd != nil {
@@ -349,7 +349,7 @@ func splitMethod(path string) (svc, method string, ok bool) {
 // anything else Unknown.
 func statusOf(err error) *status.Status {
 	if err == nil {
-		return status.New(codes.OK, "")
+		return okStatus
 	}
 	if st, ok := status.FromError(err); ok {
 		return st
