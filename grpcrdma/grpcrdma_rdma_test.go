@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
@@ -92,4 +95,33 @@ func BenchmarkUnaryRDMA(b *testing.B) {
 	p := newPair(b, rdmaListen(env), nil)
 	defer p.close(b)
 	benchUnary(b, p)
+}
+
+// BenchmarkUnaryGRPCGo is BenchmarkUnaryRDMA's call through grpc-go over
+// HTTP/2 on an rdma.Conn's byte stream (rdma.Dialer as its dialer), for
+// comparison in the same run.
+func BenchmarkUnaryGRPCGo(b *testing.B) {
+	env := rdmatest.Require(b)
+	ln := rdmaListen(env)(b)
+	srv := grpc.NewServer()
+	testpb.RegisterEchoServer(srv, newEchoServer())
+	go srv.Serve(ln)
+	defer srv.Stop()
+	var d rdma.Dialer
+	cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "rdma", a) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	client := testpb.NewEchoClient(cc)
+	ctx := context.Background()
+	req := &testpb.EchoRequest{Message: "bench", Payload: make([]byte, 64)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := client.Say(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
