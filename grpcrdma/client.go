@@ -194,11 +194,25 @@ func (cc *ClientConn) invoke(ctx context.Context, method string, args, reply any
 	if err != nil {
 		return err
 	}
-	cs, err := cc.newClientStream(ctx, unaryDesc, method, ci, false)
-	if err != nil {
-		ci.finish(nil, nil, nil, err)
+	for attempt := 0; ; attempt++ {
+		cs, err := cc.newClientStream(ctx, unaryDesc, method, ci, false)
+		if err != nil {
+			ci.finish(nil, nil, nil, err)
+			return err
+		}
+		// A call no server saw (its connection was going away before its
+		// first frame left, or the server's GOAWAY said it was not served)
+		// goes again on a new connection, as grpc-go's transparent retry.
+		cs.retryable = attempt < 2
+		err = cs.invoke(args, reply)
+		if cs.retryable && isUnserved(err) && ctx.Err() == nil {
+			continue
+		}
 		return err
 	}
+}
+
+func (cs *clientStream) invoke(args, reply any) error {
 	if err := cs.sendMsg(args, true); err != nil {
 		if err == errStreamEnded {
 			err = cs.RecvMsg(reply) // the server's status says why

@@ -35,7 +35,18 @@ type clientStream struct {
 	endSent     bool
 
 	finishOnce sync.Once
+	retryable  bool // unary: an unserved end is retried, and not reported to the call options
 }
+
+// errNotOpened and errUnserved end calls no server saw: the first frame
+// never left (the connection was closing or going away), or the server's
+// GOAWAY excluded it.
+var (
+	errNotOpened = status.Error(codes.Unavailable, "grpcrdma: the connection closed or is going away")
+	errUnserved  = status.Error(codes.Unavailable, "grpcrdma: the server is going away; the call was not served")
+)
+
+func isUnserved(err error) bool { return err == errNotOpened || err == errUnserved }
 
 func (cc *ClientConn) newClientStream(ctx context.Context, desc *grpc.StreamDesc, method string, ci *callInfo, watch bool) (*clientStream, error) {
 	if err := ctx.Err(); err != nil {
@@ -324,6 +335,9 @@ func (cs *clientStream) abort(err error) {
 
 // finish hands the call's results to its call options, once.
 func (cs *clientStream) finish(err error) {
+	if cs.retryable && isUnserved(err) {
+		return // the call goes on in another attempt
+	}
 	cs.finishOnce.Do(func() {
 		if cs.stop != nil {
 			cs.stop()

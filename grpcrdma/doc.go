@@ -23,7 +23,11 @@
 //
 // A ClientConn holds one rdma.Conn and multiplexes its calls on it; when
 // the connection fails, the calls on it fail with codes.Unavailable and the
-// next call dials again. A Listener made with rdma.Fallback serves TCP-backed
+// next call dials again. A unary call no server saw (its connection was
+// going away before the call's first frame left, or the server's GOAWAY
+// says it did not serve it) goes again on a new connection, up to twice,
+// as grpc-go's transparent retry does; a Server's GracefulStop relies on
+// it. A Listener made with rdma.Fallback serves TCP-backed
 // connections the same way, through their message view (with a copy each
 // way), and a ClientConn dials with a fallback given WithFallback.
 //

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -233,4 +234,62 @@ func TestHostileServer(t *testing.T) {
 	<-served
 	rdmatest.WaitGoroutines(t, g0)
 	_ = io.EOF
+}
+
+// TestGoAwayRetry: a unary call the server's GOAWAY says it did not serve
+// goes again on a new connection, and the call options see one call.
+func TestGoAwayRetry(t *testing.T) {
+	g0 := rdmatest.Goroutines()
+	ln := fallbackListen(t)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for i := 0; ; i++ {
+			c, err := ln.AcceptRDMA()
+			if err != nil {
+				return
+			}
+			if _, err := handshake(context.Background(), c, defaultLimits(), true); err != nil {
+				c.Close()
+				continue
+			}
+			m, err := c.Recv(context.Background())
+			if err != nil {
+				c.Close()
+				continue
+			}
+			m.Release()
+			reply := mkFrame(frame.TypeGoAway, 0, 0, 0, nil, []byte("draining"))
+			if i > 0 {
+				rb, _ := proto.Marshal(&testpb.EchoReply{Message: "second"})
+				reply = mkFrame(frame.TypeStream, frame.FlagHeaders|frame.FlagMessage|frame.FlagStatus, 1, 0, frame.AppendCode(nil, 0), rb)
+			}
+			b, _ := c.Alloc(len(reply))
+			copy(b.Bytes(), reply)
+			c.Send(context.Background(), b)
+			go func() {
+				defer c.Close()
+				for {
+					m, err := c.Recv(context.Background())
+					if err != nil {
+						return
+					}
+					m.Release()
+				}
+			}()
+		}
+	}()
+	cc, err := Dial(ctxT(t, 10*time.Second), ln.Addr().String(), fallbackDial())
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := 0
+	r, err := testpb.NewEchoClient(cc).Say(ctxT(t, 10*time.Second), &testpb.EchoRequest{}, grpc.OnFinish(func(error) { finished++ }))
+	if err != nil || r.Message != "second" || finished != 1 {
+		t.Fatalf("a call refused by GOAWAY: %v, %v; OnFinish ran %d times", r, err, finished)
+	}
+	cc.Close()
+	ln.Close()
+	<-served
+	rdmatest.WaitGoroutines(t, g0)
 }

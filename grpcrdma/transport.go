@@ -168,12 +168,11 @@ func (t *transport) handle(b buffer.Buf) error {
 		s.peerCancel(codes.Code(f.Value), msg)
 		return nil
 	case frame.TypeGoAway:
-		msg := string(f.Message)
 		b.Release()
 		if t.server {
 			return nil // a client's GOAWAY says nothing a server acts on
 		}
-		t.goAway(f.Value, msg)
+		t.goAway(f.Value)
 		return nil
 	default: // SETTINGS
 		b.Release()
@@ -258,7 +257,7 @@ func (t *transport) refuse(id uint32) {
 
 // goAway handles the server's GOAWAY on a client: streams above last were
 // not served and fail with Unavailable; no new stream starts here.
-func (t *transport) goAway(last uint32, msg string) {
+func (t *transport) goAway(last uint32) {
 	t.mu.Lock()
 	t.draining = true
 	t.goAwayID = last
@@ -270,7 +269,7 @@ func (t *transport) goAway(last uint32, msg string) {
 	}
 	t.mu.Unlock()
 	for _, s := range failed {
-		s.fail(status.Errorf(codes.Unavailable, "grpcrdma: the server is going away (%s); the call was not served", msg))
+		s.fail(errUnserved)
 	}
 	t.maybeIdle()
 }
@@ -315,7 +314,7 @@ func (t *transport) open(ctx context.Context, s *stream, h frame.Header, block [
 		if e != nil {
 			e.free()
 		}
-		return status.Error(codes.Unavailable, "grpcrdma: the connection closed or is going away")
+		return errNotOpened
 	}
 	t.lastID++
 	s.id = t.lastID
