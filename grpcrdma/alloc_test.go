@@ -59,6 +59,9 @@ func unaryAllocs(t *testing.T, p *pair) float64 {
 }
 
 func TestAllocsFallback(t *testing.T) {
+	if hostOnly(t) {
+		return
+	}
 	p := newPair(t, fallbackListen, []DialOption{fallbackDial()})
 	defer p.close(t)
 	t.Run("ZeroCopy", func(t *testing.T) { testZeroCopy(t, p) })

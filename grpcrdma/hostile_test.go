@@ -90,7 +90,7 @@ func request(id uint32, method string, flags uint8, msg []byte) []byte {
 
 func TestHostileClient(t *testing.T) {
 	g0 := rdmatest.Goroutines()
-	p := startServer(t, fallbackListen(t), MaxRecvMsgSize(100), StreamWindow(1024))
+	p := startServer(t, anyListen(t), MaxRecvMsgSize(100), StreamWindow(1024))
 	defer func() { p.close(t); rdmatest.WaitGoroutines(t, g0) }()
 	say, _ := proto.Marshal(&testpb.EchoRequest{Message: "hi"})
 	stall, _ := proto.Marshal(&testpb.EchoRequest{Message: "stall"}) // Chat reads nothing more
@@ -175,7 +175,7 @@ func TestHostileClient(t *testing.T) {
 // protocol violation, and the next call dials a new connection.
 func TestHostileServer(t *testing.T) {
 	g0 := rdmatest.Goroutines()
-	ln := fallbackListen(t)
+	ln := anyListen(t)
 	defer ln.Close()
 	served := make(chan struct{})
 	go func() {
@@ -240,7 +240,7 @@ func TestHostileServer(t *testing.T) {
 // goes again on a new connection, and the call options see one call.
 func TestGoAwayRetry(t *testing.T) {
 	g0 := rdmatest.Goroutines()
-	ln := fallbackListen(t)
+	ln := anyListen(t)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
