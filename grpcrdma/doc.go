@@ -31,6 +31,14 @@
 // connections the same way, through their message view (with a copy each
 // way), and a ClientConn dials with a fallback given WithFallback.
 //
+// # Configuration
+//
+// A ClientConn's connections take their rdma.Config from WithConfig (and
+// WithFallback); a Server's are the ones its listener accepts, configured by
+// the rdma.ListenConfig that made it. grpcrdma's own limits (stream window,
+// concurrent calls, message and header block sizes) are options of
+// NewServer and Dial.
+//
 // # What a peer can make this side hold
 //
 // Each call has a stream window W (default 256 KiB, StreamWindow and

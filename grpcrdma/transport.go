@@ -38,7 +38,8 @@ type transport struct {
 	cancel   context.CancelFunc
 
 	held   atomic.Int32 // received buffers held by streams
-	copied atomic.Int64 // messages copied out of their receive buffer (past maxHeld)
+	copied   atomic.Int64 // messages copied out of their receive buffer (past maxHeld)
+	refusing atomic.Int32 // refusals being sent
 
 	onStream func(*stream, frame.Block) // server: a new stream's first frame; runs on the reader
 	onIdle   func(*transport)           // server: draining and no stream left
@@ -229,6 +230,11 @@ func (t *transport) handleStream(f frame.Frame, b buffer.Buf) error {
 			t.mu.Unlock()
 			if refuse {
 				b.Release()
+				if t.refusing.Add(1) > maxRefusing {
+					// A client that keeps opening calls it was told not to
+					// would have this side hold a goroutine for each.
+					return fmt.Errorf("stream %d: %d calls refused and not yet answered", f.Stream, maxRefusing)
+				}
 				go t.refuse(s.id)
 				return nil
 			}
@@ -253,7 +259,11 @@ func (t *transport) refuse(id uint32) {
 	st := status.New(codes.Unavailable, "grpcrdma: stream refused: the server is draining or at its concurrent stream limit")
 	blk := appendStatus(nil, st, nil)
 	t.sendFrame(t.ctx, frame.Header{Type: frame.TypeStream, Flags: frame.FlagStatus, Stream: id, Value: uint32(len(blk))}, blk, nil)
+	t.refusing.Add(-1)
 }
+
+// maxRefusing bounds the refusals being sent at once on a connection.
+const maxRefusing = 64
 
 // goAway handles the server's GOAWAY on a client: streams above last were
 // not served and fail with Unavailable; no new stream starts here.
