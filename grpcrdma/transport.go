@@ -37,7 +37,7 @@ type transport struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 
-	held   atomic.Int32 // received buffers held by streams
+	held     atomic.Int32 // received buffers held by streams
 	copied   atomic.Int64 // messages copied out of their receive buffer (past maxHeld)
 	refusing atomic.Int32 // refusals being sent
 
