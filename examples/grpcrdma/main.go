@@ -126,10 +126,10 @@ func client(addr string, calls int, hs *health.Server) error {
 		start := time.Now()
 		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		if err != nil {
-			return fmt.Errorf("Check %d: %w", i, err)
+			return fmt.Errorf("call %d of Check: %w", i, err)
 		}
 		if r.Status != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("Check %d: %v", i, r.Status)
+			return fmt.Errorf("call %d of Check: status %v", i, r.Status)
 		}
 		rtts = append(rtts, time.Since(start))
 	}
@@ -143,7 +143,7 @@ func client(addr string, calls int, hs *health.Server) error {
 	}
 	first, err := w.Recv()
 	if err != nil {
-		return fmt.Errorf("Watch: %w", err)
+		return fmt.Errorf("watching: %w", err)
 	}
 	if hs != nil {
 		want := healthpb.HealthCheckResponse_NOT_SERVING
@@ -154,7 +154,7 @@ func client(addr string, calls int, hs *health.Server) error {
 	}
 	next, err := w.Recv()
 	if err != nil {
-		return fmt.Errorf("Watch: %w", err)
+		return fmt.Errorf("watching: %w", err)
 	}
 	fmt.Printf("Watch: %v, then %v\n", first.Status, next.Status)
 	return nil
