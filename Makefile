@@ -28,7 +28,7 @@ export RDMA_TEST_TIMESCALE ?= 10
 # get FUZZTIME_PATH, about 10 s each too.
 FUZZTIME ?= 500000x
 FUZZTIME_PATH ?= 50000x
-FUZZ_PATH_TARGETS := FuzzTCPFrames FuzzDatagramReceive FuzzRecvCompletion
+FUZZ_PATH_TARGETS := FuzzTCPFrames FuzzDatagramReceive FuzzRecvCompletion FuzzTransportFrames
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
