@@ -118,7 +118,7 @@ func (cs *clientStream) sendMsg(m any, end bool) error {
 		cs.abort(err)
 		return err
 	}
-	if err := cs.s.send.Acquire(cs.ctx, cs.s.done, errStreamEnded, e.n); err != nil {
+	if err := cs.t.acquire(cs.ctx, cs.s, errStreamEnded, e.n); err != nil {
 		e.free()
 		return cs.sendFailed(err)
 	}
@@ -262,6 +262,7 @@ func (cs *clientStream) RecvMsg(m any) error {
 	msg, err := cs.s.next(cs.ctx)
 	if err == nil {
 		msg.release(cs.t)
+		cs.t.returned(msg.size)
 		err = status.Error(codes.Internal, "grpcrdma: more than one response message for a call that has one")
 		cs.abort(err)
 		return err

@@ -44,13 +44,15 @@
 // Each call has a stream window W (default 256 KiB, StreamWindow and
 // WithStreamWindow): its sender may have at most W message bytes unread by
 // the receiving application, or, for a message larger than that, one
-// message beyond W/2. A server runs at most MaxConcurrentStreams calls per
-// connection (default 100). So a connection holds at most
-// MaxConcurrentStreams x max(W, W/2 + the largest message accepted) of
-// unread messages (about 420 MiB with every default; set the limits to
-// bound it lower), besides what the rdma.Conn itself bounds. A peer that
-// sends beyond its window, or frames that break the protocol, loses the
-// connection (an error wrapping rdma.ErrProtocol).
+// message beyond W/2. The connection has a window C over all its calls
+// (default 16 MiB, ConnWindow and WithConnWindow) under the same rule. So
+// a connection holds at most max(C, C/2 + the largest message accepted) of
+// unread messages (16 MiB with every default), besides what the rdma.Conn
+// itself bounds. When calls nobody reads hold C, the connection's other
+// calls wait for them to be read: keep C well above W/2 + the largest
+// message, so that no single such call holds it all. A peer that sends
+// beyond a window, or frames that break the protocol, loses the connection
+// (an error wrapping rdma.ErrProtocol).
 //
 // Received messages are decoded from the receive buffer the NIC wrote
 // into, released right after: at most two such buffers per connection wait

@@ -90,7 +90,7 @@ func request(id uint32, method string, flags uint8, msg []byte) []byte {
 
 func TestHostileClient(t *testing.T) {
 	g0 := rdmatest.Goroutines()
-	p := startServer(t, anyListen(t), MaxRecvMsgSize(100), StreamWindow(1024))
+	p := startServer(t, anyListen(t), MaxRecvMsgSize(100), StreamWindow(1024), ConnWindow(2048))
 	defer func() { p.close(t); rdmatest.WaitGoroutines(t, g0) }()
 	say, _ := proto.Marshal(&testpb.EchoRequest{Message: "hi"})
 	stall, _ := proto.Marshal(&testpb.EchoRequest{Message: "stall"}) // Chat reads nothing more
@@ -118,6 +118,15 @@ func TestHostileClient(t *testing.T) {
 			mkFrame(frame.TypeStream, frame.FlagMessage, 1, 0, nil, make([]byte, 90)),
 			mkFrame(frame.TypeStream, frame.FlagMessage, 1, 0, nil, make([]byte, 90)),
 		}},
+		{"beyond the connection window", [][]byte{ // each stream within its window, together beyond 2048
+			request(1, "/grpcrdma.test.Echo/Chat", frame.FlagMessage, stall),
+			mkFrame(frame.TypeStream, frame.FlagMessage, 1, 0, nil, make([]byte, 900)),
+			request(3, "/grpcrdma.test.Echo/Chat", frame.FlagMessage, stall),
+			mkFrame(frame.TypeStream, frame.FlagMessage, 3, 0, nil, make([]byte, 900)),
+			request(5, "/grpcrdma.test.Echo/Chat", frame.FlagMessage, stall),
+			mkFrame(frame.TypeStream, frame.FlagMessage, 5, 0, nil, make([]byte, 900)),
+		}},
+		{"connection window beyond what was sent", [][]byte{mkFrame(frame.TypeWindow, 0, 0, 10, nil, nil)}},
 		{"SETTINGS again", [][]byte{mkFrame(frame.TypeSettings, 0, 0, 0, nil, frame.Settings{Major: 1, StreamWindow: 4096, MaxBlock: 4096}.Append(nil))}},
 		{"malformed block", [][]byte{mkFrame(frame.TypeStream, frame.FlagHeaders, 1, 0, []byte{frame.KindHeader, 3, 1, 'A', 'b'}, nil)}},
 		{"unknown frame type", [][]byte{mkFrame(9, 0, 1, 0, nil, nil)}},

@@ -14,6 +14,10 @@ const (
 	// DefaultStreamWindow is the message bytes a side accepts unread per
 	// stream before the sender waits (the stream window, W).
 	DefaultStreamWindow = 256 << 10
+	// DefaultConnWindow is the message bytes a side accepts unread over
+	// all the streams of one connection before every sender on it waits
+	// (the connection window, C): the rdma.Config.MaxUnreadBytes default.
+	DefaultConnWindow = 16 << 20
 	// DefaultMaxConcurrentStreams is how many calls a server runs at once on
 	// one connection; a client opening more waits for one to end.
 	DefaultMaxConcurrentStreams = 100
@@ -25,11 +29,13 @@ const (
 	DefaultMaxHeaderBlock = 64 << 10
 
 	defaultHandshakeTimeout = 10 * time.Second
+	maxWindow               = 1 << 30
 )
 
 // limits are what one side accepts, announced in its SETTINGS.
 type limits struct {
 	streamWindow int
+	connWindow   int
 	maxStreams   int
 	maxRecvMsg   int
 	maxSendMsg   int
@@ -42,6 +48,13 @@ func (l limits) sane() limits {
 	if l.streamWindow < 1024 {
 		l.streamWindow = d.streamWindow
 	}
+	if l.connWindow < 1024 {
+		l.connWindow = d.connWindow
+	}
+	// Windows travel as 32-bit counts; a gibibyte is more than any
+	// connection should hold unread.
+	l.streamWindow = min(l.streamWindow, maxWindow)
+	l.connWindow = min(l.connWindow, maxWindow)
 	if l.maxStreams < 1 {
 		l.maxStreams = d.maxStreams
 	}
@@ -60,6 +73,7 @@ func (l limits) sane() limits {
 func defaultLimits() limits {
 	return limits{
 		streamWindow: DefaultStreamWindow,
+		connWindow:   DefaultConnWindow,
 		maxStreams:   DefaultMaxConcurrentStreams,
 		maxRecvMsg:   DefaultMaxRecvMsgSize,
 		maxSendMsg:   1<<31 - 1,
@@ -68,13 +82,11 @@ func defaultLimits() limits {
 }
 
 // unreadBound is what a peer can make this side hold unread on one
-// connection: per stream max(W, W/2 + largest message), times the streams.
+// connection: per stream max(W, W/2 + largest message), times the streams,
+// and at most max(C, C/2 + largest message) in all.
 func (l limits) unreadBound() int64 {
-	per := int64(l.streamWindow)
-	if alt := int64(l.streamWindow/2) + int64(l.maxRecvMsg); alt > per {
-		per = alt
-	}
-	return per * int64(l.maxStreams)
+	window := func(w int) int64 { return max(int64(w), int64(w/2)+int64(l.maxRecvMsg)) }
+	return min(window(l.streamWindow)*int64(l.maxStreams), window(l.connWindow))
 }
 
 type serverOptions struct {
@@ -126,6 +138,14 @@ func MaxConcurrentStreams(n uint32) ServerOption {
 // before the client waits (default 256 KiB; at least 1 KiB).
 func StreamWindow(n int) ServerOption {
 	return func(o *serverOptions) { o.streamWindow = n }
+}
+
+// ConnWindow sets the request bytes the server holds unread over all the
+// calls of one connection before its clients wait (default 16 MiB; at
+// least 1 KiB). Keep it above max(StreamWindow, StreamWindow/2 +
+// MaxRecvMsgSize), so that one call nobody reads cannot hold it all.
+func ConnWindow(n int) ServerOption {
+	return func(o *serverOptions) { o.connWindow = n }
 }
 
 // ForceServerCodec makes the server use codec for every call, whatever
@@ -206,6 +226,13 @@ func WithMaxSendMsgSize(n int) DialOption {
 // before the server waits (default 256 KiB; at least 1 KiB).
 func WithStreamWindow(n int) DialOption {
 	return func(o *dialOptions) { o.streamWindow = n }
+}
+
+// WithConnWindow sets the response bytes the client holds unread over all
+// the calls of its connection before the server waits (default 16 MiB; at
+// least 1 KiB), as ConnWindow does for a server.
+func WithConnWindow(n int) DialOption {
+	return func(o *dialOptions) { o.connWindow = n }
 }
 
 // WithMaxHeaderBlock sets the largest header block (a response's headers,

@@ -15,14 +15,22 @@ import (
 // defaults, and that it follows the limits.
 func TestUnreadBound(t *testing.T) {
 	l := defaultLimits()
-	if got, want := l.unreadBound(), int64(100*(128<<10+4<<20)); got != want {
-		t.Fatalf("default bound %d, want %d (about 420 MiB)", got, want)
+	if got, want := l.unreadBound(), int64(16<<20); got != want {
+		t.Fatalf("default bound %d, want the connection window %d", got, want)
 	}
 	l.maxRecvMsg, l.maxStreams = 1000, 10
 	if got := l.unreadBound(); got != 10*256<<10 {
-		t.Fatalf("bound %d with small messages, want 10 windows", got)
+		t.Fatalf("bound %d with small messages and few streams, want 10 stream windows", got)
 	}
-	bad := limits{streamWindow: 10, maxStreams: 0, maxRecvMsg: -1, maxSendMsg: -1, maxBlock: 0}.sane()
+	l.maxRecvMsg, l.maxStreams, l.connWindow = 4<<20, 100, 1<<20
+	if got, want := l.unreadBound(), int64(512<<10+4<<20); got != want {
+		t.Fatalf("bound %d with a small connection window, want half of it plus a message (%d)", got, want)
+	}
+	big := limits{streamWindow: 1 << 40, connWindow: 1 << 40, maxStreams: 1, maxBlock: 1024}.sane()
+	if big.streamWindow != maxWindow || big.connWindow != maxWindow {
+		t.Fatalf("sane() kept windows beyond 32 bits: %+v", big)
+	}
+	bad := limits{streamWindow: 10, connWindow: 10, maxStreams: 0, maxRecvMsg: -1, maxSendMsg: -1, maxBlock: 0}.sane()
 	if bad != defaultLimits() {
 		t.Fatalf("sane() kept unusable limits: %+v", bad)
 	}

@@ -84,7 +84,7 @@ func (ss *serverStream) SendMsg(m any) error {
 		e.free()
 		return status.Errorf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", e.n, ss.t.local.maxSendMsg)
 	}
-	if err := ss.s.send.Acquire(ss.ctx, ss.s.done, errCallEnded, e.n); err != nil {
+	if err := ss.t.acquire(ss.ctx, ss.s, errCallEnded, e.n); err != nil {
 		e.free()
 		return ss.sendErr(err)
 	}
@@ -165,7 +165,7 @@ func (ss *serverStream) finish(st *status.Status, reply any) {
 			enc.free()
 			st = status.Newf(codes.ResourceExhausted, "grpc: trying to send message larger than max (%d vs. %d)", enc.n, ss.t.local.maxSendMsg)
 		default:
-			if err := ss.s.send.Acquire(ss.ctx, ss.s.done, errCallEnded, enc.n); err != nil {
+			if err := ss.t.acquire(ss.ctx, ss.s, errCallEnded, enc.n); err != nil {
 				enc.free()
 				st = status.Convert(ss.sendErr(err))
 			} else {

@@ -22,7 +22,7 @@ type inMsg struct {
 	data   []byte
 	held   bool
 	tooBig bool // above the stream's limit: dropped on arrival
-	size   int  // tooBig: its length
+	size   int  // its length, counted in both windows until read
 }
 
 func (m *inMsg) release(t *transport) {
@@ -118,11 +118,12 @@ func (s *stream) deliverLocked(f frame.Frame, blk frame.Block, b buffer.Buf) (fi
 			b.Release()
 			return false, fmt.Errorf("stream %d: %w", s.id, err)
 		}
-		m := inMsg{data: f.Message}
+		m := inMsg{data: f.Message, size: n}
 		switch {
 		case s.err != nil:
-			// Ended here: nobody reads it, but its bytes count until dropped.
+			// Ended here: nobody reads it.
 			s.recv.Consumed(n)
+			s.t.returned(n)
 			b.Release()
 		case n > s.maxRecv:
 			// Dropped now; the reader learns of it in order, and returns
@@ -186,8 +187,9 @@ func (s *stream) next(ctx context.Context) (inMsg, error) {
 	}
 }
 
-// consumed returns n read bytes to the peer's window once enough are.
+// consumed returns n read bytes to the peer's windows once enough are.
 func (s *stream) consumed(n int) {
+	s.t.returned(n)
 	s.mu.Lock()
 	inc := s.recv.Consumed(n)
 	live := !s.peerEnd && s.err == nil
@@ -244,11 +246,20 @@ func (s *stream) end(err error) bool {
 	q := s.queue
 	s.queue = nil
 	s.mu.Unlock()
-	for i := range q {
-		q[i].release(s.t)
-	}
+	s.dropped(q)
 	close(s.done)
 	return true
+}
+
+// dropped releases messages nobody will read and gives their bytes back to
+// the connection window (the stream's no longer matters).
+func (s *stream) dropped(q []inMsg) {
+	n := 0
+	for i := range q {
+		q[i].release(s.t)
+		n += q[i].size
+	}
+	s.t.returned(n)
 }
 
 // ended reports whether the stream is over here or at the peer.
@@ -279,7 +290,5 @@ func (s *stream) drop() {
 	q := s.queue
 	s.queue = nil
 	s.mu.Unlock()
-	for i := range q {
-		q[i].release(s.t)
-	}
+	s.dropped(q)
 }

@@ -45,6 +45,7 @@ var suite = []suiteCase{
 	{name: "LargeMessages", run: testLargeMessages},
 	{name: "Concurrent", run: testConcurrent},
 	{name: "StalledStream", run: testStalledStream, sopt: []ServerOption{StreamWindow(4096)}, dopt: []DialOption{WithStreamWindow(4096)}},
+	{name: "ConnWindow", run: testConnWindow, dopt: []DialOption{WithStreamWindow(4096), WithConnWindow(16384)}},
 	{name: "MessageLimits", run: testMessageLimits, sopt: []ServerOption{MaxRecvMsgSize(1000)}},
 	{name: "LargeMetadata", run: testLargeMetadata, dopt: []DialOption{WithMaxHeaderBlock(2048)}},
 	{name: "StreamLimit", run: testStreamLimit, sopt: []ServerOption{MaxConcurrentStreams(2)}},
@@ -555,5 +556,88 @@ func testStreamLimit(t *testing.T, p *pair) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// testConnWindow: server streams whose client reads nothing fill their
+// stream windows until together they fill the connection window; past it
+// the connection holds no more (max(C, C/2 + a message)) and every
+// response waits, and reading the stalled streams lets all go on.
+func testConnWindow(t *testing.T, p *pair) {
+	const streams, window, connWindow, msg = 8, 4096, 16384, 1000
+	ctx, cancel := context.WithCancel(ctxT(t, 20*time.Second))
+	defer cancel()
+	var stalled []testpb.Echo_ExpandClient
+	for range streams {
+		ss, err := p.client.Expand(ctx, &testpb.EchoRequest{Count: 20, Payload: make([]byte, msg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ss.Header(); err != nil {
+			t.Fatal(err)
+		}
+		stalled = append(stalled, ss)
+	}
+	p.cc.mu.Lock()
+	tr := p.cc.t
+	p.cc.mu.Unlock()
+	connUnread := func() int64 {
+		tr.recvMu.Lock()
+		defer tr.recvMu.Unlock()
+		return tr.connRecv.Unread()
+	}
+	// The servers fill the window, then stop: wait for it to stay still.
+	var last int64 = -1
+	for deadline := time.Now().Add(rdmatest.Scale(5 * time.Second)); ; {
+		time.Sleep(rdmatest.Scale(50 * time.Millisecond))
+		u := connUnread()
+		if u == last && u > connWindow/2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client's unread bytes never settled above half the connection window (%d)", u)
+		}
+		last = u
+	}
+	if u := connUnread(); u > connWindow {
+		t.Fatalf("the client holds %d bytes unread, above the connection window %d", u, connWindow)
+	}
+	if streams*window <= connWindow {
+		t.Fatal("the stream windows alone would bound this; the case tests nothing")
+	}
+	// A response larger than what is left waits for the window.
+	short, cancelShort := context.WithTimeout(ctx, rdmatest.Scale(300*time.Millisecond))
+	_, err := p.client.Say(short, &testpb.EchoRequest{Payload: make([]byte, 2*msg)})
+	cancelShort()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call beside streams holding the connection window: %v, want DeadlineExceeded", err)
+	}
+	// Reading the stalled streams lets everything go on.
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for _, ss := range stalled {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, err := ss.Recv(); err == io.EOF {
+					return
+				} else if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	if _, err := p.client.Say(ctx, &testpb.EchoRequest{Payload: make([]byte, 2*msg)}); err != nil {
+		t.Fatalf("a call once the stalled streams read: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a stalled stream after reading resumed: %v", err)
+	}
+	if u := connUnread(); u != 0 {
+		t.Fatalf("%d bytes still counted unread after every stream was read", u)
 	}
 }

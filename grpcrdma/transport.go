@@ -14,6 +14,7 @@ import (
 
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/grpcrdma/internal/flow"
 	"github.com/verbline/rdma/grpcrdma/internal/frame"
 )
 
@@ -36,6 +37,13 @@ type transport struct {
 	maxFrame int // the largest frame the connection sends
 	ctx      context.Context
 	cancel   context.CancelFunc
+
+	connSend *flow.Send // what this side may still send over all streams (the peer's connection window)
+
+	recvMu      sync.Mutex // guards the fields below: the connection window this side grants
+	connRecv    flow.Recv
+	connInc     uint32 // returned and not yet sent in a WINDOW frame
+	connSending bool   // a goroutine is sending connInc
 
 	held     atomic.Int32 // received buffers held by streams
 	copied   atomic.Int64 // messages copied out of their receive buffer (past maxHeld)
@@ -67,7 +75,7 @@ func handshake(ctx context.Context, c *rdma.Conn, local limits, server bool) (fr
 	}
 	s := frame.Settings{
 		Major: frame.Major, Minor: frame.Minor,
-		StreamWindow: uint32(local.streamWindow), MaxStreams: ms,
+		StreamWindow: uint32(local.streamWindow), ConnWindow: uint32(local.connWindow), MaxStreams: ms,
 		MaxBlock: uint32(local.maxBlock), MaxRecvMessage: uint32(min(local.maxRecvMsg, 1<<32-1)),
 	}
 	b, err := c.Alloc(frame.HeaderLen + frame.SettingsLen)
@@ -113,6 +121,8 @@ func newTransport(c *rdma.Conn, local limits, ps frame.Settings, server bool) *t
 		peer:       ps,
 		peerInfo:   &peer.Peer{Addr: c.RemoteAddr(), LocalAddr: c.LocalAddr()},
 		maxFrame:   c.MaxMessageSize(),
+		connSend:   flow.NewSend(ps.ConnWindow),
+		connRecv:   flow.NewRecv(uint32(local.connWindow)),
 		ctx:        ctx,
 		cancel:     cancel,
 		streams:    map[uint32]*stream{},
@@ -159,6 +169,9 @@ func (t *transport) handle(b buffer.Buf) error {
 			msg = string(f.Message)
 		}
 		b.Release()
+		if f.Stream == 0 { // WINDOW: the connection's
+			return t.connSend.Return(f.Value)
+		}
 		s, err := t.lookup(f.Stream)
 		if s == nil || err != nil {
 			return err
@@ -195,7 +208,74 @@ func (t *transport) lookup(id uint32) (*stream, error) {
 	return nil, nil // ended: frames crossing its end are dropped
 }
 
+// received accounts a message's n bytes against the connection window
+// this side grants, or reports the peer's violation.
+func (t *transport) received(n int) error {
+	t.recvMu.Lock()
+	defer t.recvMu.Unlock()
+	if err := t.connRecv.Received(n); err != nil {
+		return fmt.Errorf("connection: %w", err)
+	}
+	return nil
+}
+
+// returned gives n message bytes back to the connection window: read by
+// the application, or dropped. A WINDOW frame goes out once half the
+// window is back, from one goroutine at a time (the reader may call this,
+// and must never wait for a send).
+func (t *transport) returned(n int) {
+	if n == 0 {
+		return
+	}
+	t.recvMu.Lock()
+	t.connInc += t.connRecv.Consumed(n)
+	start := t.connInc > 0 && !t.connSending
+	if start {
+		t.connSending = true
+	}
+	t.recvMu.Unlock()
+	if start {
+		go t.sendConnWindow()
+	}
+}
+
+func (t *transport) sendConnWindow() {
+	for {
+		t.recvMu.Lock()
+		inc := t.connInc
+		t.connInc = 0
+		if inc == 0 {
+			t.connSending = false
+			t.recvMu.Unlock()
+			return
+		}
+		t.recvMu.Unlock()
+		t.sendControl(frame.Header{Type: frame.TypeWindow, Value: inc}, nil)
+	}
+}
+
+// acquire takes n bytes of both windows a message goes through, the
+// stream's and the connection's, waiting as flow.Send.Acquire does.
+func (t *transport) acquire(ctx context.Context, s *stream, errDone error, n int) error {
+	if err := s.send.Acquire(ctx, s.done, errDone, n); err != nil {
+		return err
+	}
+	if err := t.connSend.Acquire(ctx, s.done, errDone, n); err != nil {
+		s.send.Return(uint32(n)) // never sent: not the peer's to return
+		return err
+	}
+	return nil
+}
+
 func (t *transport) handleStream(f frame.Frame, b buffer.Buf) error {
+	if f.Flags&frame.FlagMessage != 0 {
+		// Counted before anything else: every path below that drops the
+		// message gives its bytes back.
+		if err := t.received(len(f.Message)); err != nil {
+			b.Release()
+			return fmt.Errorf("stream %d: %w", f.Stream, err)
+		}
+	}
 	var blk frame.Block
 	if len(f.Block) > 0 {
 		var err error
@@ -229,6 +309,7 @@ func (t *transport) handleStream(f frame.Frame, b buffer.Buf) error {
 			}
 			t.mu.Unlock()
 			if refuse {
+				t.returned(len(f.Message))
 				b.Release()
 				if t.refusing.Add(1) > maxRefusing {
 					// A client that keeps opening calls it was told not to
@@ -247,6 +328,7 @@ func (t *transport) handleStream(f frame.Frame, b buffer.Buf) error {
 	}
 	s, err := t.lookup(f.Stream)
 	if s == nil || err != nil {
+		t.returned(len(f.Message))
 		b.Release()
 		return err
 	}

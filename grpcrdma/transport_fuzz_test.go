@@ -10,23 +10,27 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/grpcrdma/internal/flow"
 	"github.com/verbline/rdma/grpcrdma/internal/frame"
 )
 
 // fuzzTransport is a transport without a connection, for driving its
 // receive path (handle) with frames from a test: what it would send goes
 // nowhere, so nothing here may make it send (no refusals: a huge stream
-// limit; no reader consumes).
+// limit; no reader consumes; a connection window no input fills halfway,
+// so no connection WINDOW either).
 func fuzzTransport(server bool, window int) (*transport, *[]*stream) {
 	lim := defaultLimits()
 	lim.streamWindow = window
 	lim.maxRecvMsg = 1 << 12
 	lim.maxStreams = 1 << 30
+	lim.connWindow = maxWindow
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transport{
 		server: server, local: lim,
-		peer: frame.Settings{StreamWindow: uint32(window), MaxStreams: 8, MaxBlock: 1 << 12},
-		ctx:  ctx, cancel: cancel,
+		peer:     frame.Settings{StreamWindow: uint32(window), ConnWindow: maxWindow, MaxStreams: 8, MaxBlock: 1 << 12},
+		connSend: flow.NewSend(maxWindow), connRecv: flow.NewRecv(maxWindow),
+		ctx: ctx, cancel: cancel,
 		streams: map[uint32]*stream{}, done: make(chan struct{}), readerDone: make(chan struct{}),
 	}
 	var all []*stream
@@ -89,7 +93,8 @@ func mkFrame(ty frame.Type, flags uint8, id, value uint32, block, msg []byte) []
 // stream bookkeeping, ordering, flow-control checks, CANCEL, WINDOW and
 // GOAWAY. It must never panic; a violation is an error, after which the
 // connection would close; and once every call is ended, no received buffer
-// may be left held.
+// may be left held, and (if no violation ended the input) every message
+// byte must be back in the connection window.
 func FuzzTransportFrames(f *testing.F) {
 	hdr := frame.AppendString(nil, frame.KindPath, "/s/m")
 	hdr = frame.AppendMD(hdr, frame.KindHeader, metadata.Pairs("k", "v"))
@@ -119,6 +124,7 @@ func fuzzTransportOne(tt *testing.T, in []byte) {
 	t, all := fuzzTransport(in[0]&1 == 0, 4096)
 	defer t.cancel()
 	in = in[1:]
+	violated := false
 	for len(in) >= 2 {
 		n := int(binary.BigEndian.Uint16(in))
 		in = in[2:]
@@ -135,6 +141,7 @@ func fuzzTransportOne(tt *testing.T, in []byte) {
 			if err.Error() == "" {
 				tt.Fatal("an error without a message")
 			}
+			violated = true
 			break // the connection would close here
 		}
 	}
@@ -144,6 +151,12 @@ func fuzzTransportOne(tt *testing.T, in []byte) {
 	}
 	if h := t.held.Load(); h != 0 {
 		tt.Fatalf("%d buffers held after every call ended", h)
+	}
+	t.recvMu.Lock()
+	unread := t.connRecv.Unread()
+	t.recvMu.Unlock()
+	if !violated && unread != 0 {
+		tt.Fatalf("%d message bytes still counted in the connection window after every call ended", unread)
 	}
 	deadline := time.Now().Add(time.Second)
 	for pool.Stats().InUseBytes != 0 {

@@ -32,7 +32,7 @@ const (
 	TypeSettings Type = 1 // stream 0: the sender's version, features and limits
 	TypeStream   Type = 2 // a call's headers, message, end and status, as its flags say
 	TypeCancel   Type = 3 // the sender abandons a call; Value is a gRPC code
-	TypeWindow   Type = 4 // Value more message bytes may be sent on the stream
+	TypeWindow   Type = 4 // Value more message bytes may be sent on the stream (stream 0: on the connection)
 	TypeGoAway   Type = 5 // stream 0: no stream above Value will be served
 )
 
@@ -77,7 +77,7 @@ func malformed(format string, args ...any) error {
 //	  2    2 reserved, 0
 //	  4    4 stream id (0 for SETTINGS and GOAWAY)
 //	  8    4 value: STREAM: the header block's length; CANCEL: a gRPC code;
-//	         WINDOW: the increment; GOAWAY: the last stream id served;
+//	         WINDOW: the increment (stream 0: the connection's); GOAWAY: the last stream id served;
 //	         SETTINGS: 0
 type Header struct {
 	Type   Type
@@ -159,8 +159,8 @@ func Parse(b []byte, lim Limits) (Frame, error) {
 			return Frame{}, malformed("%v frame on stream %d, want 0", f.Type, f.Stream)
 		}
 	case TypeCancel, TypeWindow:
-		if f.Stream == 0 {
-			return Frame{}, malformed("%v frame on stream 0", f.Type)
+		if f.Type == TypeCancel && f.Stream == 0 {
+			return Frame{}, malformed("CANCEL frame on stream 0")
 		}
 		if f.Type == TypeWindow && f.Value == 0 {
 			return Frame{}, malformed("WINDOW frame with increment 0")

@@ -60,23 +60,23 @@ func TestParseRefuses(t *testing.T) {
 	reserved := streamFrame(FlagMessage, 1, nil, nil)
 	reserved[2] = 1
 	cases := map[string][]byte{
-		"short":                 {2, 0, 0},
-		"reserved":              reserved,
-		"stream 0":              streamFrame(FlagMessage, 0, nil, nil),
-		"no flags":              streamFrame(0, 1, nil, nil),
-		"unknown flag":          streamFrame(0x80|FlagMessage, 1, nil, nil),
-		"block beyond payload":  ctl(TypeStream, FlagHeaders, 1, 10, []byte{1, 2}),
-		"block above limit":     streamFrame(FlagHeaders, 1, make([]byte, 65), nil),
-		"block without flag":    streamFrame(FlagMessage, 1, []byte{1, 0}, nil),
-		"bytes without message": streamFrame(FlagHeaders, 1, nil, []byte{1}),
-		"settings on stream":    ctl(TypeSettings, 0, 1, 0, nil),
-		"goaway on stream":      ctl(TypeGoAway, 0, 1, 0, nil),
-		"cancel on 0":           ctl(TypeCancel, 0, 0, 1, nil),
-		"window on 0":           ctl(TypeWindow, 0, 0, 1, nil),
-		"window of 0":           ctl(TypeWindow, 0, 1, 0, nil),
-		"window payload":        ctl(TypeWindow, 0, 1, 1, []byte{1}),
-		"cancel flags":          ctl(TypeCancel, 1, 1, 1, nil),
-		"unknown type":          ctl(9, 0, 1, 1, nil),
+		"short":                  {2, 0, 0},
+		"reserved":               reserved,
+		"stream 0":               streamFrame(FlagMessage, 0, nil, nil),
+		"no flags":               streamFrame(0, 1, nil, nil),
+		"unknown flag":           streamFrame(0x80|FlagMessage, 1, nil, nil),
+		"block beyond payload":   ctl(TypeStream, FlagHeaders, 1, 10, []byte{1, 2}),
+		"block above limit":      streamFrame(FlagHeaders, 1, make([]byte, 65), nil),
+		"block without flag":     streamFrame(FlagMessage, 1, []byte{1, 0}, nil),
+		"bytes without message":  streamFrame(FlagHeaders, 1, nil, []byte{1}),
+		"settings on stream":     ctl(TypeSettings, 0, 1, 0, nil),
+		"goaway on stream":       ctl(TypeGoAway, 0, 1, 0, nil),
+		"cancel on 0":            ctl(TypeCancel, 0, 0, 1, nil),
+		"connection window of 0": ctl(TypeWindow, 0, 0, 0, nil),
+		"window of 0":            ctl(TypeWindow, 0, 1, 0, nil),
+		"window payload":         ctl(TypeWindow, 0, 1, 1, []byte{1}),
+		"cancel flags":           ctl(TypeCancel, 1, 1, 1, nil),
+		"unknown type":           ctl(9, 0, 1, 1, nil),
 	}
 	for name, b := range cases {
 		if _, err := Parse(b, lim); !errors.Is(err, ErrMalformed) {
@@ -105,7 +105,7 @@ func TestParseBlockRefuses(t *testing.T) {
 }
 
 func TestSettings(t *testing.T) {
-	s := Settings{Major: Major, Minor: Minor, Features: 0x5, StreamWindow: 1 << 18, MaxStreams: 100, MaxBlock: 1 << 16, MaxRecvMessage: 4 << 20}
+	s := Settings{Major: Major, Minor: Minor, Features: 0x5, StreamWindow: 1 << 18, MaxStreams: 100, MaxBlock: 1 << 16, MaxRecvMessage: 4 << 20, ConnWindow: 1 << 24}
 	b := append(s.Append(nil), 9, 9, 9) // a later minor's extension is ignored
 	got, err := ParseSettings(b)
 	if err != nil || got != s {
@@ -120,6 +120,11 @@ func TestSettings(t *testing.T) {
 	bad.StreamWindow = MinStreamWindow - 1
 	if _, err := ParseSettings(bad.Append(nil)); !errors.Is(err, ErrMalformed) {
 		t.Errorf("tiny window: %v", err)
+	}
+	bad = s
+	bad.ConnWindow = MinConnWindow - 1
+	if _, err := ParseSettings(bad.Append(nil)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("tiny connection window: %v", err)
 	}
 	if _, err := ParseSettings(b[:SettingsLen-1]); !errors.Is(err, ErrMalformed) {
 		t.Errorf("short: %v", err)
@@ -138,7 +143,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(streamFrame(FlagHeaders|FlagMessage, 1, blk, []byte("m")))
 	f.Add(streamFrame(FlagStatus, 3, AppendString(nil, KindStatusMessage, "x"), nil))
 	f.Add(append(func() []byte { b := make([]byte, HeaderLen); Header{Type: TypeSettings}.Put(b); return b }(),
-		Settings{Major: Major, StreamWindow: 4096, MaxBlock: 4096}.Append(nil)...))
+		Settings{Major: Major, StreamWindow: 4096, ConnWindow: 4096, MaxBlock: 4096}.Append(nil)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := Parse(b, Limits{MaxBlock: 1 << 12})
 		if err != nil {

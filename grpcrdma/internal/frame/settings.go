@@ -4,7 +4,7 @@ import "encoding/binary"
 
 // SettingsLen is the length of a SETTINGS payload of this version; a longer
 // one comes from a later minor version, whose extra bytes are ignored.
-const SettingsLen = 24
+const SettingsLen = 28
 
 // Settings is the payload of the SETTINGS frame each side sends first.
 //
@@ -18,6 +18,8 @@ const SettingsLen = 24
 //	 16    4 max header block the sender accepts
 //	 20    4 max message the sender accepts (advisory; the call fails with
 //	         ResourceExhausted at the receiver if exceeded)
+//	 24    4 connection window: message bytes the sender accepts unread
+//	         over all its streams
 type Settings struct {
 	Major, Minor   uint8
 	Features       uint32
@@ -25,11 +27,13 @@ type Settings struct {
 	MaxStreams     uint32
 	MaxBlock       uint32
 	MaxRecvMessage uint32
+	ConnWindow     uint32
 }
 
 // Smallest values a peer may announce: below them a call could not move.
 const (
 	MinStreamWindow = 1024
+	MinConnWindow   = 1024
 	MinBlock        = 1024
 )
 
@@ -40,7 +44,8 @@ func (s Settings) Append(b []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, s.StreamWindow)
 	b = binary.BigEndian.AppendUint32(b, s.MaxStreams)
 	b = binary.BigEndian.AppendUint32(b, s.MaxBlock)
-	return binary.BigEndian.AppendUint32(b, s.MaxRecvMessage)
+	b = binary.BigEndian.AppendUint32(b, s.MaxRecvMessage)
+	return binary.BigEndian.AppendUint32(b, s.ConnWindow)
 }
 
 // ParseSettings decodes a SETTINGS payload. A different major version is
@@ -57,13 +62,14 @@ func ParseSettings(p []byte) (Settings, error) {
 		MaxStreams:     binary.BigEndian.Uint32(p[12:]),
 		MaxBlock:       binary.BigEndian.Uint32(p[16:]),
 		MaxRecvMessage: binary.BigEndian.Uint32(p[20:]),
+		ConnWindow:     binary.BigEndian.Uint32(p[24:]),
 	}
 	if s.Major != Major {
 		return Settings{}, malformed("peer speaks grpcrdma protocol %d.%d, this side %d.%d", s.Major, s.Minor, Major, Minor)
 	}
-	if s.StreamWindow < MinStreamWindow || s.MaxBlock < MinBlock {
-		return Settings{}, malformed("SETTINGS: stream window %d or max header block %d below the minimum (%d, %d)",
-			s.StreamWindow, s.MaxBlock, MinStreamWindow, MinBlock)
+	if s.StreamWindow < MinStreamWindow || s.ConnWindow < MinConnWindow || s.MaxBlock < MinBlock {
+		return Settings{}, malformed("SETTINGS: stream window %d, connection window %d or max header block %d below the minimum (%d, %d, %d)",
+			s.StreamWindow, s.ConnWindow, s.MaxBlock, MinStreamWindow, MinConnWindow, MinBlock)
 	}
 	return s, nil
 }
