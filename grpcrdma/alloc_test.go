@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testpb"
 )
 
 // serverTransports returns the server's transports.

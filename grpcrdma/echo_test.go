@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/verbline/rdma"
-	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testpb"
 )
 
 type echoServer struct {

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/verbline/rdma"
-	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/rdmatest/baseline"
+	"github.com/verbline/rdma/internal/testpb"
 )
 
 // rdmaListen listens over RDMA on the test device's address.

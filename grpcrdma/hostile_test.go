@@ -19,8 +19,8 @@ import (
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/grpcrdma/internal/frame"
-	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testpb"
 )
 
 // rawConn dials addr and exchanges SETTINGS as a client (or answers as a

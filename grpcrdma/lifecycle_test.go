@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/verbline/rdma"
-	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testpb"
 )
 
 // listenAtFn listens on a given address ("host:0" for any port).

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/verbline/rdma/grpcrdma/internal/testpb"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testpb"
 )
 
 type suiteCase struct {

@@ -4,7 +4,8 @@
 // 	protoc        v3.21.12
 // source: echo.proto
 
-// The test service of grpcrdma: one method of each kind.
+// The Echo service grpcrdma's tests and rdmabench's gRPC cases serve: one
+// method of each kind.
 
 package testpb
 
@@ -172,7 +173,7 @@ const file_echo_proto_rawDesc = "" +
 	"\x03Say\x12\x1a.grpcrdma.test.EchoRequest\x1a\x18.grpcrdma.test.EchoReply\x12A\n" +
 	"\aCollect\x12\x1a.grpcrdma.test.EchoRequest\x1a\x18.grpcrdma.test.EchoReply(\x01\x12@\n" +
 	"\x06Expand\x12\x1a.grpcrdma.test.EchoRequest\x1a\x18.grpcrdma.test.EchoReply0\x01\x12@\n" +
-	"\x04Chat\x12\x1a.grpcrdma.test.EchoRequest\x1a\x18.grpcrdma.test.EchoReply(\x010\x01B3Z1github.com/verbline/rdma/grpcrdma/internal/testpbb\x06proto3"
+	"\x04Chat\x12\x1a.grpcrdma.test.EchoRequest\x1a\x18.grpcrdma.test.EchoReply(\x010\x01B*Z(github.com/verbline/rdma/internal/testpbb\x06proto3"
 
 var (
 	file_echo_proto_rawDescOnce sync.Once

@@ -4,7 +4,8 @@
 // - protoc             v3.21.12
 // source: echo.proto
 
-// The test service of grpcrdma: one method of each kind.
+// The Echo service grpcrdma's tests and rdmabench's gRPC cases serve: one
+// method of each kind.
 
 package testpb
 
