@@ -158,15 +158,27 @@ func (cc *ClientConn) transport(ctx context.Context) (*transport, error) {
 }
 
 func (cc *ClientConn) dial(ctx context.Context) (*transport, error) {
-	d := rdma.Dialer{Config: cc.opts.config, Fallback: cc.opts.fallback}
-	nc, err := d.DialContext(ctx, "rdma", cc.target)
+	dial := cc.opts.dialer
+	if dial == nil {
+		dial = func(ctx context.Context, addr string) (*rdma.Conn, error) {
+			d := rdma.Dialer{Config: cc.opts.config, Fallback: cc.opts.fallback}
+			nc, err := d.DialContext(ctx, "rdma", addr)
+			if err != nil {
+				return nil, err
+			}
+			return nc.(*rdma.Conn), nil
+		}
+	}
+	c, err := dial(ctx, cc.target)
+	if err == nil && c == nil {
+		err = errors.New("the dialer returned no connection")
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 		return nil, status.Errorf(codes.Unavailable, "grpcrdma: dial %s: %v", cc.target, err)
 	}
-	c := nc.(*rdma.Conn)
 	ps, err := handshake(ctx, c, cc.opts.limits, false)
 	if err != nil {
 		c.Close()

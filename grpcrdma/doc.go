@@ -29,7 +29,10 @@
 // as grpc-go's transparent retry does; a Server's GracefulStop relies on
 // it. A Listener made with rdma.Fallback serves TCP-backed
 // connections the same way, through their message view (with a copy each
-// way), and a ClientConn dials with a fallback given WithFallback.
+// way), and a ClientConn dials with a fallback given WithFallback. A
+// connection the application set up itself is served with ServeConn, and
+// a ClientConn takes its connections from the application's dialer given
+// WithDialer.
 //
 // # Configuration
 //

@@ -3,6 +3,7 @@ package grpcrdma
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -267,5 +268,84 @@ func TestCodecs(t *testing.T) {
 	_, err = p2.client.Say(ctx, &testpb.EchoRequest{Message: "json"}, grpc.CallContentSubtype("testjson"))
 	if err == nil {
 		t.Fatal("a forced proto server decoded JSON")
+	}
+}
+
+// TestServeConn: a Server serves a connection the application accepted
+// (ServeConn), a ClientConn calls over connections its own dialer makes
+// (WithDialer) and dials again after the connection ends; ServeConn
+// returns when its connection ends, and after Stop it refuses.
+func TestServeConn(t *testing.T) {
+	g0 := rdmatest.Goroutines()
+	defer rdmatest.WaitGoroutines(t, g0)
+	ln := anyListen(t)
+	defer ln.Close()
+	srv := NewServer()
+	testpb.RegisterEchoServer(srv, newEchoServer())
+	served := make(chan error, 4)
+	go func() {
+		for {
+			c, err := ln.AcceptRDMA()
+			if err != nil {
+				return
+			}
+			go func() { served <- srv.ServeConn(c) }()
+		}
+	}()
+	var dials atomic.Int32
+	dial := func(ctx context.Context, addr string) (*rdma.Conn, error) {
+		dials.Add(1)
+		d := rdma.Dialer{Fallback: &rdma.Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
+		nc, err := d.DialContext(ctx, "rdma", addr)
+		if err != nil {
+			return nil, err
+		}
+		return nc.(*rdma.Conn), nil
+	}
+	cc, err := Dial(ctxT(t, 10*time.Second), ln.Addr().String(), WithDialer(dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	client := testpb.NewEchoClient(cc)
+	for i := range 2 {
+		r, err := client.Say(ctxT(t, 5*time.Second), &testpb.EchoRequest{Message: fmt.Sprint(i)})
+		if err != nil || r.Message != fmt.Sprint(i) {
+			t.Fatalf("call %d: %v, %v", i, r, err)
+		}
+		if i == 0 {
+			// The connection ends: ServeConn returns nil, and the next call
+			// dials again through the dialer.
+			cc.mu.Lock()
+			tr := cc.t
+			cc.mu.Unlock()
+			tr.close(errors.New("test: connection closed"))
+			select {
+			case err := <-served:
+				if err != nil {
+					t.Fatalf("ServeConn after its connection ended: %v", err)
+				}
+			case <-time.After(rdmatest.Scale(5 * time.Second)):
+				t.Fatal("ServeConn did not return after its connection ended")
+			}
+		}
+	}
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("the dialer ran %d times, want 2", n)
+	}
+	srv.Stop()
+	<-served // the second connection's ServeConn, ended by Stop
+	c, err := dial(ctxT(t, 10*time.Second), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case err := <-served:
+		if !errors.Is(err, ErrServerStopped) {
+			t.Fatalf("ServeConn after Stop: %v, want ErrServerStopped", err)
+		}
+	case <-time.After(rdmatest.Scale(5 * time.Second)):
+		t.Fatal("ServeConn after Stop did not return")
 	}
 }

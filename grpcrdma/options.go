@@ -1,6 +1,7 @@
 package grpcrdma
 
 import (
+	"context"
 	"time"
 
 	"google.golang.org/grpc"
@@ -174,6 +175,7 @@ type dialOptions struct {
 	limits
 	config     rdma.Config
 	fallback   *rdma.Fallback
+	dialer     func(ctx context.Context, address string) (*rdma.Conn, error)
 	unaryInts  []grpc.UnaryClientInterceptor
 	streamInts []grpc.StreamClientInterceptor
 	codec      encoding.CodecV2
@@ -186,6 +188,15 @@ type DialOption func(*dialOptions)
 // WithConfig sets the rdma.Config of the ClientConn's connections.
 func WithConfig(c rdma.Config) DialOption {
 	return func(o *dialOptions) { o.config = c }
+}
+
+// WithDialer makes the ClientConn get its connections from dial instead of
+// dialling them itself (WithConfig and WithFallback then do nothing): for a
+// connection set up by the application, or a dialer of its own. dial gets
+// Dial's context and address; a ClientConn that loses its connection calls
+// it again for the next call.
+func WithDialer(dial func(ctx context.Context, address string) (*rdma.Conn, error)) DialOption {
+	return func(o *dialOptions) { o.dialer = dial }
 }
 
 // WithFallback lets the ClientConn's dials fall back to TCP

@@ -158,7 +158,26 @@ func (s *Server) Serve(l *rdma.Listener) error {
 	}
 }
 
-func (s *Server) serveConn(c *rdma.Conn) {
+// ServeConn serves calls on one connection the application accepted
+// itself (from a listener it owns, or after a protocol of its own), as
+// Serve does on each connection it accepts, and returns when the
+// connection ends: nil, or why the grpcrdma handshake failed. ServeConn
+// closes c. Stop and GracefulStop end it as they end Serve's connections.
+func (s *Server) ServeConn(c *rdma.Conn) error {
+	s.mu.Lock()
+	s.started = true
+	if s.draining || s.stopped {
+		s.mu.Unlock()
+		c.Close()
+		return ErrServerStopped
+	}
+	s.raw[c] = true
+	s.serveWG.Add(1)
+	s.mu.Unlock()
+	return s.serveConn(c)
+}
+
+func (s *Server) serveConn(c *rdma.Conn) error {
 	defer s.serveWG.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.handshakeTimeout)
 	ps, err := handshake(ctx, c, s.opts.limits, true)
@@ -168,7 +187,10 @@ func (s *Server) serveConn(c *rdma.Conn) {
 	if err != nil || s.stopped {
 		s.mu.Unlock()
 		c.Close()
-		return
+		if err == nil {
+			err = ErrServerStopped
+		}
+		return err
 	}
 	t := newTransport(c, s.opts.limits, ps, true)
 	t.onStream = func(st *stream, blk frame.Block) { s.startStream(t, st, blk) }
@@ -182,6 +204,7 @@ func (s *Server) serveConn(c *rdma.Conn) {
 	s.mu.Lock()
 	delete(s.conns, t)
 	s.mu.Unlock()
+	return nil
 }
 
 // drain sends GOAWAY: the streams opened so far run to their end, later
