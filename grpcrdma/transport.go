@@ -255,16 +255,20 @@ func (t *transport) sendConnWindow() {
 }
 
 // acquire takes n bytes of both windows a message goes through, the
-// stream's and the connection's, waiting as flow.Send.Acquire does.
+// stream's and the connection's, waiting as flow.Send.Acquire does. A
+// context that ends the wait is a status error (DeadlineExceeded,
+// Canceled), as gRPC reports it.
 func (t *transport) acquire(ctx context.Context, s *stream, errDone error, n int) error {
-	if err := s.send.Acquire(ctx, s.done, errDone, n); err != nil {
-		return err
+	err := s.send.Acquire(ctx, s.done, errDone, n)
+	if err == nil {
+		if err = t.connSend.Acquire(ctx, s.done, errDone, n); err != nil {
+			s.send.Return(uint32(n)) // never sent: not the peer's to return
+		}
 	}
-	if err := t.connSend.Acquire(ctx, s.done, errDone, n); err != nil {
-		s.send.Return(uint32(n)) // never sent: not the peer's to return
-		return err
+	if err != nil && err != errDone && ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
 	}
-	return nil
+	return err
 }
 
 func (t *transport) handleStream(f frame.Frame, b buffer.Buf) error {

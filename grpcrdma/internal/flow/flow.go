@@ -26,40 +26,51 @@ var ErrViolation = errors.New("grpcrdma: flow control violated by peer")
 // concurrent use.
 type Send struct {
 	mu     sync.Mutex
-	window int64         // the peer's stream window; immutable
+	window int64         // the peer's window; immutable
 	out    int64         // guarded by mu
-	wake   chan struct{} // a token when out shrinks
+	shrunk chan struct{} // guarded by mu; closed (and replaced) when out shrinks
 }
 
 // NewSend returns a Send against a peer's window.
 func NewSend(window uint32) *Send {
-	return &Send{window: int64(window), wake: make(chan struct{}, 1)}
+	return &Send{window: int64(window), shrunk: make(chan struct{})}
 }
 
 // TryAcquire takes n bytes if the rule allows it now.
 func (s *Send) TryAcquire(n int) bool {
+	ok, _ := s.tryAcquire(n)
+	return ok
+}
+
+// tryAcquire is TryAcquire, and when it fails the channel to wait on.
+func (s *Send) tryAcquire(n int) (bool, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.out+int64(n) <= s.window || s.out <= s.window/2 {
 		s.out += int64(n)
-		return true
+		return true, nil
 	}
-	return false
+	return false, s.shrunk
 }
 
 // Acquire takes n bytes, waiting until the rule allows it, ctx is done or
-// done is closed (then it returns ctx's error or errDone).
+// done is closed (then it returns ctx's error or errDone). Any number of
+// goroutines may wait at once (a connection's calls): each Return wakes
+// them all to try again.
 func (s *Send) Acquire(ctx context.Context, done <-chan struct{}, errDone error, n int) error {
-	for !s.TryAcquire(n) {
+	for {
+		ok, shrunk := s.tryAcquire(n)
+		if ok {
+			return nil
+		}
 		select {
-		case <-s.wake:
+		case <-shrunk:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-done:
 			return errDone
 		}
 	}
-	return nil
 }
 
 // Return gives back inc bytes (a WINDOW frame). Returning more than is
@@ -72,11 +83,9 @@ func (s *Send) Return(inc uint32) error {
 		return fmt.Errorf("%w: WINDOW returns %d bytes, %d outstanding", ErrViolation, inc, out)
 	}
 	s.out -= int64(inc)
+	close(s.shrunk)
+	s.shrunk = make(chan struct{})
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
 	return nil
 }
 

@@ -117,3 +117,31 @@ func TestNoDeadlockNoViolation(t *testing.T) {
 		}
 	}
 }
+
+// TestSendWakesEveryWaiter: a connection's window has many calls waiting
+// at once; one WINDOW that makes room for all lets every one of them go.
+func TestSendWakesEveryWaiter(t *testing.T) {
+	s := NewSend(1000)
+	if !s.TryAcquire(1000) || s.TryAcquire(600) {
+		t.Fatal("the window's rule")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const waiters = 4
+	errs := make(chan error, waiters)
+	for range waiters {
+		go func() { errs <- s.Acquire(ctx, nil, nil, 100) }()
+	}
+	time.Sleep(20 * time.Millisecond) // let them wait
+	if err := s.Return(1000); err != nil {
+		t.Fatal(err)
+	}
+	for i := range waiters {
+		if err := <-errs; err != nil {
+			t.Fatalf("waiter %d of %d: %v", i+1, waiters, err)
+		}
+	}
+	if got := s.Outstanding(); got != waiters*100 {
+		t.Fatalf("outstanding %d, want %d", got, waiters*100)
+	}
+}
