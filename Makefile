@@ -32,7 +32,7 @@ FUZZ_PATH_TARGETS := FuzzTCPFrames FuzzDatagramReceive FuzzRecvCompletion FuzzTr
 # Build the Soft-RoCE test binaries with the race detector (GUEST_RACE=0 to turn off).
 GUEST_RACE ?= 1
 
-.PHONY: setup build-deps test demo bench setupbench bench-2host vet unit fuzz rdma-tests faults soak clean
+.PHONY: setup build-deps test demo bench bench-grpc setupbench bench-2host vet unit fuzz rdma-tests faults soak clean
 
 # Everything: packages (qemu, rdma-core, perftest, ...), Debian's kernel, the initramfs.
 setup:
@@ -169,6 +169,19 @@ bench: setup
 	@mkdir -p $(BUILD)/bin $(dir $(BENCH_JSON))
 	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
 	scripts/softroce run -- $(BUILD)/bin/rdmabench -json $(BENCH_JSON) $(BENCH_ARGS)
+
+# gRPC three ways in one guest (rdmabench -grpc; docs/performance.md, gRPC):
+# grpcrdma, grpc-go over rdma.Conn and grpc-go over TCP serving one
+# generated service, pinned and in interleaved rounds, with the message
+# view's own stream of the same messages as the stream's ceiling: unary
+# calls, 16 callers, a bidirectional stream of 256 KiB messages, and the
+# goals' verdicts. BENCH_GRPC_ARGS go to rdmabench (e.g. -rounds 15).
+BENCH_GRPC_JSON ?= benchmarks/results/bench-grpc.json
+BENCH_GRPC_ARGS ?=
+bench-grpc: setup
+	@mkdir -p $(BUILD)/bin $(dir $(BENCH_GRPC_JSON))
+	$(GO) build -o $(BUILD)/bin/rdmabench ./benchmarks/cmd/rdmabench
+	scripts/softroce run -- $(BUILD)/bin/rdmabench -grpc -json $(BENCH_GRPC_JSON) $(BENCH_GRPC_ARGS)
 
 # Connection set-up against rdma-core's cmtime on the same device
 # (scripts/setupbench: paired rounds of SETUP_CONNS concurrent dials, the

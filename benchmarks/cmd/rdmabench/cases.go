@@ -48,6 +48,10 @@ type Case struct {
 	// with no library logic (floor.go); a baseline column beside perftest,
 	// run with -net verbs. Run is unused.
 	Floor bool
+	// Peer: another way of doing what our cases of the metric do (grpc-go
+	// beside grpcrdma): a column our cases are compared with, run over
+	// RDMA as ours are, and a row compared with the other columns.
+	Peer bool
 }
 
 func register(c Case) { registry = append(registry, c) }
@@ -170,17 +174,20 @@ func (s *Side) done(rtts []time.Duration, i int, start time.Time) []time.Duratio
 
 // latencySample turns round-trip times into one-way (halved) statistics in µs.
 // The median is perftest's t_typical; percentiles are nearest-rank.
-func latencySample(rtts []time.Duration) *Sample {
-	us := make([]float64, len(rtts))
+func latencySample(rtts []time.Duration) *Sample { return durationSample(rtts, 2) }
+
+// durationSample is the statistics of times divided by div, in µs.
+func durationSample(ds []time.Duration, div int) *Sample {
+	us := make([]float64, len(ds))
 	sum := 0.0
-	for i, d := range rtts {
-		us[i] = float64(d) / 2 / float64(time.Microsecond)
+	for i, d := range ds {
+		us[i] = float64(d) / float64(div) / float64(time.Microsecond)
 		sum += us[i]
 	}
 	series := latencySeries(us, 200)
 	h := newHist()
-	for _, d := range rtts {
-		h.record(d / 2)
+	for _, d := range ds {
+		h.record(d / time.Duration(div))
 	}
 	slices.Sort(us)
 	return &Sample{Value: median(us), P99: percentile(us, 0.99), P999: percentile(us, 0.999), Avg: sum / float64(len(us)),

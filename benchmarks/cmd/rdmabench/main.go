@@ -85,6 +85,7 @@ func main() {
 		listCases = flag.Bool("list", false, "list our cases and the baselines, then exit")
 		compare   = flag.String("compare", "", "compare two runs' JSON outputs `A.json,B.json`: do their paired ratios' intervals overlap? (exit 1 if any does not)")
 		cmpCells  = flag.String("compare-cells", "", "with -compare: only the cells of `METRIC[/SIZE]`, e.g. latency/64B")
+		grpcMode  = flag.Bool("grpc", false, "run the gRPC cases (grpcrdma, grpc-go over rdma.Conn and over TCP, the message view's stream as the ceiling) instead of the data path's")
 		verbose   = flag.Bool("v", false, "log the phases of every run (server ready, client done, ...)")
 	)
 	flag.IntVar(rounds, "reps", defaultRounds, "the same as -rounds (and sets -lat-rounds unless given)")
@@ -150,6 +151,9 @@ func main() {
 	}
 	if goalSpecs == nil {
 		goalSpecs = defaultGoals
+		if *grpcMode {
+			goalSpecs = defaultGRPCGoals
+		}
 	}
 	var goals []goal
 	for _, spec := range goalSpecs {
@@ -197,6 +201,9 @@ func main() {
 		readyTimeout: 90 * time.Second, serverCPU: -1, clientCPU: -1, stdbuf: lookStdbuf(),
 		nextPort: 20000 + os.Getpid()%1000*10, log: os.Stderr, verbose: *verbose, quick: *quick, mode: mode,
 		rounds: *rounds, latRounds: *latRounds, goals: goals, work: w}
+	if *grpcMode {
+		h.metrics = grpcMetrics
+	}
 	if *pin {
 		if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
 			h.logf("not pinning: needs taskset and 2 CPUs (have %d)", runtime.NumCPU())
@@ -395,6 +402,7 @@ type harness struct {
 	goals                 []goal  // bounds on paired ratios, judged in the report
 	work                  Workload
 	remote                *remote // two-host mode (-connect): the server host; nil on one host
+	metrics               []Metric // what runs: -grpc's metrics; nil for the data path's
 }
 
 func (h *harness) logf(format string, a ...any) {
@@ -428,7 +436,7 @@ func (h *harness) roundsOf(m Metric) int {
 // TCP, or the Go floor.
 type runner struct {
 	Label  string // column name
-	Kind   string // "ours", "perftest", "tcp" or "floor"
+	Kind   string // "ours", "peer", "perftest", "tcp" or "floor"
 	Metric Metric
 	Case   *Case         // ours, tcp and floor: the case run
 	Tool   *perftestTool // perftest
@@ -481,12 +489,13 @@ type metricPlan struct {
 
 func (p metricPlan) runners() []runner { return append(slices.Clone(p.Ours), p.Baselns...) }
 
-// rows are the table's rows: our cases, then the Go floor (beside the
-// baselines, so that floor/perftest shows how far Go alone is from C).
+// rows are the table's rows: our cases, then the peers and the Go floor
+// (beside the baselines, so that floor/perftest shows how far Go alone is
+// from C, and grpc-go/tcp what grpc-go gains from RDMA).
 func (p metricPlan) rows() []runner {
 	rows := slices.Clone(p.Ours)
 	for _, b := range p.Baselns {
-		if b.Kind == "floor" {
+		if b.Kind == "floor" || b.Kind == "peer" {
 			rows = append(rows, b)
 		}
 	}
@@ -495,10 +504,14 @@ func (p metricPlan) rows() []runner {
 
 func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 	var out []metricPlan
-	for _, m := range metrics {
+	ms := h.metrics
+	if ms == nil {
+		ms = metrics
+	}
+	for _, m := range ms {
 		mp := metricPlan{Metric: m, Sizes: m.Sizes(h.mode)}
 		var tcpCase *Case
-		var floors []runner
+		var floors, peers []runner
 		for i := range registry {
 			c := &registry[i]
 			if c.Metric != m {
@@ -513,6 +526,12 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 			if c.TCP && tcpCase == nil {
 				tcpCase = c
 			}
+			if c.Peer {
+				if baselines.MatchString(c.Name) {
+					peers = append(peers, runner{Label: c.Name, Kind: "peer", Metric: m, Case: c})
+				}
+				continue
+			}
 			if cases.MatchString(m.Short() + "/" + c.Name) {
 				mp.Ours = append(mp.Ours, runner{Label: c.Name, Kind: "ours", Metric: m, Case: c})
 			}
@@ -520,6 +539,7 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 		if len(mp.Ours) == 0 {
 			continue
 		}
+		mp.Baselns = append(mp.Baselns, peers...)
 		for i := range perftestTools {
 			t := &perftestTools[i]
 			if t.Metric == m && baselines.MatchString(t.Label()) {
@@ -656,8 +676,12 @@ func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, erro
 
 func describeSample(m Metric, s *Sample, size int) string {
 	switch m {
-	case Latency:
+	case Latency, GRPCUnary:
 		return fmt.Sprintf("%9.2f µs  (p99 %.2f, p99.9 %.2f)", s.Value, s.P99, s.P999)
+	case GRPCCallers:
+		return fmt.Sprintf("%9.0f calls/s", s.Value)
+	case GRPCStream:
+		return fmt.Sprintf("%9.2f MB/s", s.Value)
 	case Bandwidth:
 		d := fmt.Sprintf("%9.2f MB/s", s.Value)
 		if s.Check > 0 {

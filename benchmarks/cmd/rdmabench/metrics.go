@@ -2,7 +2,10 @@
 
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Metric names a measured quantity and its unit; the strings are the JSON
 // "metric" values.
@@ -12,10 +15,20 @@ const (
 	Latency   Metric = "latency_us"     // one-way (half the round trip), µs
 	Bandwidth Metric = "bandwidth_MBps" // MB/s, MB = 10^6 bytes
 	Rate      Metric = "rate_Mmps"      // millions of messages per second
+
+	// The gRPC metrics (-grpc, cases_grpc.go).
+	GRPCUnary   Metric = "grpc_unary_us"    // one unary call's round trip, µs
+	GRPCCallers Metric = "grpc_callers_cps" // unary calls per second, 16 callers on one connection
+	GRPCStream  Metric = "grpc_stream_MBps" // a bidirectional stream's request bytes, MB/s
 )
 
-// metrics lists the metrics in the order they run and are reported.
-var metrics = []Metric{Latency, Bandwidth, Rate}
+// metrics lists the data path's metrics in the order they run and are
+// reported; grpcMetrics are -grpc's.
+var (
+	metrics     = []Metric{Latency, Bandwidth, Rate}
+	grpcMetrics = []Metric{GRPCUnary, GRPCCallers, GRPCStream}
+	allMetrics  = append(slices.Clone(metrics), grpcMetrics...)
+)
 
 // Short is the metric's name for -cases ("latency", "bandwidth", "rate").
 func (m Metric) Short() string {
@@ -24,6 +37,12 @@ func (m Metric) Short() string {
 		return "latency"
 	case Bandwidth:
 		return "bandwidth"
+	case GRPCUnary:
+		return "grpc-unary"
+	case GRPCCallers:
+		return "grpc-callers"
+	case GRPCStream:
+		return "grpc-stream"
 	}
 	return "rate"
 }
@@ -31,10 +50,12 @@ func (m Metric) Short() string {
 // Unit is the unit for tables and axes.
 func (m Metric) Unit() string {
 	switch m {
-	case Latency:
+	case Latency, GRPCUnary:
 		return "µs"
-	case Bandwidth:
+	case Bandwidth, GRPCStream:
 		return "MB/s"
+	case GRPCCallers:
+		return "calls/s"
 	}
 	return "Mmsg/s"
 }
@@ -46,12 +67,21 @@ func (m Metric) Title() string {
 		return "Latency, one-way (round trip / 2), ping-pong"
 	case Bandwidth:
 		return "Bandwidth, one direction, MB = 10^6 bytes"
+	case GRPCUnary:
+		return "gRPC unary call, one caller, round trip"
+	case GRPCCallers:
+		return fmt.Sprintf("gRPC unary calls, %d callers on one connection", grpcCallersN)
+	case GRPCStream:
+		return "gRPC bidirectional stream, request bytes (each answered by an empty reply), MB = 10^6 bytes"
 	}
 	return "Message rate, 64 B messages, one direction"
 }
 
-// LowerIsBetter is true for latency.
-func (m Metric) LowerIsBetter() bool { return m == Latency }
+// LowerIsBetter is true for latencies.
+func (m Metric) LowerIsBetter() bool { return m == Latency || m == GRPCUnary }
+
+// latencyLike metrics have a mean and percentiles besides their median.
+func (m Metric) latencyLike() bool { return m == Latency || m == GRPCUnary }
 
 // A runMode is how much a run measures: -quick (make demo), the default
 // (make bench) or -long (a decision).
@@ -82,6 +112,8 @@ func (m Metric) Sizes(mode runMode) []int {
 		return []int{4 << 10, 64 << 10, 1 << 20}
 	case m == Bandwidth:
 		return []int{64 << 10}
+	case m == GRPCStream:
+		return []int{256 << 10}
 	}
 	return []int{64}
 }
@@ -92,13 +124,16 @@ type Workload struct {
 	LatIters int   // round trips per latency run
 	BWBytes  int64 // bytes per bandwidth run (iterations = BWBytes / size)
 	RateMsgs int   // messages per message-rate run
+	// GRPCCalls is the unary calls of a gRPC unary run (four times as many
+	// with 16 callers); the gRPC stream moves BWBytes / 2.
+	GRPCCalls int
 }
 
 func defaultWorkload(quick bool) Workload {
 	if quick {
-		return Workload{LatIters: 300, BWBytes: 8 << 20, RateMsgs: 10000}
+		return Workload{LatIters: 300, BWBytes: 8 << 20, RateMsgs: 10000, GRPCCalls: 100}
 	}
-	return Workload{LatIters: 1000, BWBytes: 32 << 20, RateMsgs: 50000}
+	return Workload{LatIters: 1000, BWBytes: 32 << 20, RateMsgs: 50000, GRPCCalls: 500}
 }
 
 // Iters is the number of messages (round trips for latency) for one run.
@@ -108,6 +143,12 @@ func (w Workload) Iters(m Metric, size int) int {
 		return w.LatIters
 	case Bandwidth:
 		return max(int(w.BWBytes/int64(size)), 8) // perftest needs at least 5
+	case GRPCUnary:
+		return w.GRPCCalls
+	case GRPCCallers:
+		return 4 * w.GRPCCalls
+	case GRPCStream:
+		return max(int(w.BWBytes/2/int64(size)), 8)
 	}
 	return w.RateMsgs
 }
@@ -115,8 +156,11 @@ func (w Workload) Iters(m Metric, size int) int {
 // Warmup is the untimed round trips before a latency run of ours and TCP
 // (perftest does its own).
 func (w Workload) Warmup(m Metric) int {
-	if m == Latency {
+	switch m {
+	case Latency:
 		return max(w.LatIters/10, 10)
+	case GRPCUnary:
+		return max(w.GRPCCalls/10, 10)
 	}
 	return 0
 }

@@ -189,7 +189,7 @@ func cellText(m Metric, a *aggregate) string {
 	if a.unstable() {
 		s += "!"
 	}
-	if m == Latency {
+	if m.latencyLike() {
 		s += fmt.Sprintf(" (%s) [%s %s]", fmtVal(m, a.Avg), fmtVal(m, a.P99), fmtVal(m, a.P999))
 	}
 	if len(a.Errs) > 0 {
@@ -203,7 +203,7 @@ func (r *report) printTable(w io.Writer) {
 	for _, mp := range r.plan {
 		m := mp.Metric
 		fmt.Fprintf(w, "\n%s, %s", m.Title(), m.Unit())
-		if m == Latency {
+		if m.latencyLike() {
 			fmt.Fprintf(w, ": median (mean) [p99 p99.9]")
 		}
 		fmt.Fprintln(w)
@@ -450,7 +450,7 @@ func (r *report) results() []jsonResult {
 							j.OursPackets = ptr(oa.Packets)
 						}
 						j.OursCPU = oa.CPU
-						if m == Latency {
+						if m.latencyLike() {
 							j.OursP99, j.OursP999, j.OursAvg = ptr(oa.P99), ptr(oa.P999), ptr(oa.Avg)
 						}
 					} else {
@@ -458,7 +458,7 @@ func (r *report) results() []jsonResult {
 					}
 					if ba != nil {
 						j.BaselineValue, j.BaselineReps, j.BaselineUnstable = ptr(ba.Value), ba.Reps, ba.unstable()
-						if m == Latency {
+						if m.latencyLike() {
 							j.BaselineP99, j.BaselineP999, j.BaselineAvg = ptr(ba.P99), ptr(ba.P999), ptr(ba.Avg)
 						}
 						if ba.Check > 0 {

@@ -152,6 +152,20 @@ var defaultGoals = []string{
 	"latency/64B/write-pingpong/go-floor<=1.10",
 }
 
+// defaultGRPCGoals are -grpc's: grpcrdma's unary call at least 8x faster
+// than grpc-go over TCP and 5x than grpc-go over rdma.Conn, 16 callers at
+// least 5x grpc-go over TCP's calls/s, the stream at least 0.8x the
+// message view's own stream of the same messages; and grpc-go over
+// rdma.Conn at least 1.2x grpc-go over TCP on unary calls and 16 callers.
+var defaultGRPCGoals = []string{
+	"grpc-unary/64B/grpcrdma-unary/tcp<=0.125",
+	"grpc-unary/64B/grpcrdma-unary/grpc-go-unary<=0.2",
+	"grpc-callers/64B/grpcrdma-callers/tcp>=5",
+	"grpc-stream/256KiB/grpcrdma-stream/msg-stream-ceiling>=0.8",
+	"grpc-unary/64B/grpc-go-unary/tcp<=0.833",
+	"grpc-callers/64B/grpc-go-callers/tcp>=1.2",
+}
+
 // parseGoal parses "METRIC/SIZE/CASE/BASELINE<=X" or ">=X". METRIC is a
 // metric's short name (latency, bandwidth, rate), SIZE as the table prints
 // it with or without the space ("64B", "64 KiB"), BASELINE a column label
@@ -177,13 +191,13 @@ func parseGoal(spec string) (goal, error) {
 	if len(parts) != 4 {
 		return g, fmt.Errorf("goal %q: want METRIC/SIZE/CASE/BASELINE before the bound", spec)
 	}
-	for _, m := range metrics {
+	for _, m := range allMetrics {
 		if m.Short() == parts[0] {
 			g.Metric = m
 		}
 	}
 	if g.Metric == "" {
-		return g, fmt.Errorf("goal %q: unknown metric %q (latency, bandwidth, rate)", spec, parts[0])
+		return g, fmt.Errorf("goal %q: unknown metric %q (latency, bandwidth, rate, grpc-unary, grpc-callers, grpc-stream)", spec, parts[0])
 	}
 	if g.Size, err = parseSize(parts[1]); err != nil {
 		return g, fmt.Errorf("goal %q: %v", spec, err)

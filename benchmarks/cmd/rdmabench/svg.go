@@ -28,13 +28,15 @@ const (
 )
 
 // seriesColor: our cases in blues, perftest send in orange, write in red,
-// TCP in grey.
+// TCP in grey, peers (grpc-go over RDMA) in cyan.
 func seriesColor(r runner, oursIndex int) string {
 	switch r.Kind {
 	case "ours":
 		return []string{"#1f5fa8", "#4aa3df", "#7b52ab", "#2ca02c"}[oursIndex%4]
 	case "tcp":
 		return "#8c8c8c"
+	case "peer":
+		return "#17becf"
 	}
 	if strings.Contains(r.Label, "write") {
 		return "#c0392b"
@@ -196,7 +198,7 @@ func (r *report) panel(b *svgBuf, mp metricPlan, top int) {
 		for _, rn := range runners {
 			if a := r.get(m, size, rn.Label); a != nil {
 				vals = append(vals, a.Value)
-				if m == Latency {
+				if m.latencyLike() {
 					vals = append(vals, a.P99)
 				}
 			}
@@ -236,7 +238,8 @@ func (r *report) panel(b *svgBuf, mp metricPlan, top int) {
 	}
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`, plotL, plotT, plotL, plotB)
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`, plotL, plotB, plotR, plotB)
-	axis := map[Metric]string{Latency: "one-way latency (µs)", Bandwidth: "bandwidth (MB/s, 10^6 B)", Rate: "message rate (10^6 msg/s)"}[m]
+	axis := map[Metric]string{Latency: "one-way latency (µs)", Bandwidth: "bandwidth (MB/s, 10^6 B)", Rate: "message rate (10^6 msg/s)",
+		GRPCUnary: "call round trip (µs)", GRPCCallers: "calls/s", GRPCStream: "MB/s (10^6 B)"}[m]
 	if sc.log {
 		axis += ", log scale"
 	}
@@ -265,7 +268,7 @@ func (r *report) panel(b *svgBuf, mp metricPlan, top int) {
 			b.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %s %s</title></rect>`,
 				x+1, y, barW-2, plotB-y, colors[i], esc(rn.Label), sizeString(size), fmtVal(m, a.Value), esc(m.Unit()))
 			labelY := y - 4
-			if m == Latency && a.P99 > a.Value {
+			if m.latencyLike() && a.P99 > a.Value {
 				py := sc.y(a.P99)
 				cx := x + barW/2
 				b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222"/>`, cx, y, cx, py)
