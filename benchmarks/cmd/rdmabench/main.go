@@ -401,7 +401,7 @@ type harness struct {
 	rounds, latRounds     int     // rounds of the bandwidth and rate cases, and of the latency cases
 	goals                 []goal  // bounds on paired ratios, judged in the report
 	work                  Workload
-	remote                *remote // two-host mode (-connect): the server host; nil on one host
+	remote                *remote  // two-host mode (-connect): the server host; nil on one host
 	metrics               []Metric // what runs: -grpc's metrics; nil for the data path's
 }
 
