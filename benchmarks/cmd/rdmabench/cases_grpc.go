@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,19 +52,30 @@ func grpcrdmaSide(s *Side) (grpc.ClientConnInterface, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// RDMABENCH_GRPC_WINDOW sets grpcrdma's stream window on both sides
+	// (bytes; default the package's), to compare windows.
+	window, _ := strconv.Atoi(os.Getenv("RDMABENCH_GRPC_WINDOW"))
 	if s.Server {
-		srv := grpcrdma.NewServer()
+		var opts []grpcrdma.ServerOption
+		if window > 0 {
+			opts = append(opts, grpcrdma.StreamWindow(window))
+		}
+		srv := grpcrdma.NewServer(opts...)
 		testpb.RegisterEchoServer(srv, benchEcho{})
 		return nil, nil, srv.ServeConn(c)
 	}
 	var used atomic.Bool
-	cc, err := grpcrdma.Dial(context.Background(), c.RemoteAddr().String(), grpcrdma.WithDialer(
+	opts := []grpcrdma.DialOption{grpcrdma.WithDialer(
 		func(context.Context, string) (*rdma.Conn, error) {
 			if used.Swap(true) {
 				return nil, errors.New("the benchmark's connection is gone")
 			}
 			return c, nil
-		}))
+		})}
+	if window > 0 {
+		opts = append(opts, grpcrdma.WithStreamWindow(window))
+	}
+	cc, err := grpcrdma.Dial(context.Background(), c.RemoteAddr().String(), opts...)
 	if err != nil {
 		return nil, nil, err
 	}
