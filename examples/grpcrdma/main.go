@@ -11,7 +11,7 @@
 //	grpcrdma -connect 192.168.1.10:7473 -calls 1000                     # client over RDMA (grpcrdma)
 //	grpcrdma -connect-tcp 192.168.1.10:7474 -calls 1000                 # client over TCP (grpc-go)
 //
-// A server may take either listen flag alone, a client either connect flag
+// A server takes either listen flag or both, a client either connect flag
 // or both. With none of them it runs both servers and both clients in one
 // process on -addr (default $RDMA_TEST_ADDR, which scripts/softroce sets),
 // stops both servers gracefully and exits 0 if every answer was right.
