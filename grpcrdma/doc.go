@@ -44,7 +44,7 @@
 //
 // # What a peer can make this side hold
 //
-// Each call has a stream window W (default 256 KiB, StreamWindow and
+// Each call has a stream window W (default 1 MiB, StreamWindow and
 // WithStreamWindow): its sender may have at most W message bytes unread by
 // the receiving application, or, for a message larger than that, one
 // message beyond W/2. The connection has a window C over all its calls

@@ -13,8 +13,10 @@ import (
 // Defaults of the limits both sides announce and enforce.
 const (
 	// DefaultStreamWindow is the message bytes a side accepts unread per
-	// stream before the sender waits (the stream window, W).
-	DefaultStreamWindow = 256 << 10
+	// stream before the sender waits (the stream window, W): several
+	// messages of up to 256 KiB in flight on a stream; a window of about
+	// one message makes the sender wait for each WINDOW frame.
+	DefaultStreamWindow = 1 << 20
 	// DefaultConnWindow is the message bytes a side accepts unread over
 	// all the streams of one connection before every sender on it waits
 	// (the connection window, C): the rdma.Config.MaxUnreadBytes default.
@@ -136,7 +138,7 @@ func MaxConcurrentStreams(n uint32) ServerOption {
 }
 
 // StreamWindow sets the request bytes the server holds unread per call
-// before the client waits (default 256 KiB; at least 1 KiB).
+// before the client waits (default 1 MiB; at least 1 KiB).
 func StreamWindow(n int) ServerOption {
 	return func(o *serverOptions) { o.streamWindow = n }
 }
@@ -234,7 +236,7 @@ func WithMaxSendMsgSize(n int) DialOption {
 }
 
 // WithStreamWindow sets the response bytes the client holds unread per call
-// before the server waits (default 256 KiB; at least 1 KiB).
+// before the server waits (default 1 MiB; at least 1 KiB).
 func WithStreamWindow(n int) DialOption {
 	return func(o *dialOptions) { o.streamWindow = n }
 }

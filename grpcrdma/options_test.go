@@ -19,7 +19,7 @@ func TestUnreadBound(t *testing.T) {
 		t.Fatalf("default bound %d, want the connection window %d", got, want)
 	}
 	l.maxRecvMsg, l.maxStreams = 1000, 10
-	if got := l.unreadBound(); got != 10*256<<10 {
+	if got := l.unreadBound(); got != 10*1<<20 {
 		t.Fatalf("bound %d with small messages and few streams, want 10 stream windows", got)
 	}
 	l.maxRecvMsg, l.maxStreams, l.connWindow = 4<<20, 100, 1<<20

@@ -72,6 +72,7 @@ func main() {
 		latIters  = flag.Int("lat-iters", 0, "round trips per latency run (0: 1000, quick 300)")
 		bwBytes   = flag.Int64("bw-bytes", 0, "bytes per bandwidth run (0: 32 MiB, quick 8 MiB)")
 		rateMsgs  = flag.Int("rate-msgs", 0, "messages per message-rate run (0: 50000, quick 10000)")
+		grpcCalls = flag.Int("grpc-calls", 0, "-grpc: unary calls per run (0: 500, quick 100; 16 callers make four times as many)")
 		serve     = flag.Bool("serve", false, "child: serve one connection of -case")
 		client    = flag.String("client", "", "child: connect to this address and run -case")
 		caseName  = flag.String("case", "", "child: the case")
@@ -192,6 +193,9 @@ func main() {
 	}
 	if *rateMsgs > 0 {
 		w.RateMsgs = *rateMsgs
+	}
+	if *grpcCalls > 0 {
+		w.GRPCCalls = *grpcCalls
 	}
 	if *svgPath == "" && *jsonPath != "" {
 		*svgPath = strings.TrimSuffix(*jsonPath, ".json") + ".svg"
