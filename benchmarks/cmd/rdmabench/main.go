@@ -429,6 +429,15 @@ const (
 )
 
 // roundsOf is the number of rounds of a metric's cases.
+// roundsText says how many rounds run: "10 latency rounds, 6 rounds of the
+// others", or for -grpc "6 rounds".
+func (h *harness) roundsText() string {
+	if h.metrics != nil && !slices.Contains(h.metrics, Latency) {
+		return fmt.Sprintf("%d rounds", h.rounds)
+	}
+	return fmt.Sprintf("%d latency rounds, %d rounds of the others", h.latRounds, h.rounds)
+}
+
 func (h *harness) roundsOf(m Metric) int {
 	if m == Latency {
 		return h.latRounds
@@ -587,8 +596,8 @@ func (h *harness) run(ctx context.Context, plan []metricPlan) map[cellKey]*cell 
 	if h.serverCPU >= 0 {
 		pin = fmt.Sprintf("servers on CPU %d, clients on CPU %d", h.serverCPU, h.clientCPU)
 	}
-	h.logf("rdmabench: %d runs on %s (%s), %d latency rounds, %d rounds of the others, depth %d, %s",
-		total, h.addr, deviceName(), h.latRounds, h.rounds, h.depth, pin)
+	h.logf("rdmabench: %d runs on %s (%s), %s, depth %d, %s",
+		total, h.addr, deviceName(), h.roundsText(), h.depth, pin)
 	res := map[cellKey]*cell{}
 	n := 0
 	for _, mp := range plan {

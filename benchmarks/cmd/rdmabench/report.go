@@ -154,8 +154,8 @@ func (r *report) context() string {
 	if r.h.remote != nil {
 		where = fmt.Sprintf("two hosts: clients on %s, servers on %s", r.h.addr, r.h.remote.peer)
 	}
-	return fmt.Sprintf("%s on %s, %d CPUs, %s; medians of %d latency rounds and %d rounds of the others; depth %d; ours: %s, %s",
-		deviceName(), where, runtime.NumCPU(), pin, r.h.latRounds, r.h.rounds, r.h.depth, spin, procs)
+	return fmt.Sprintf("%s on %s, %d CPUs, %s; medians of %s; depth %d; ours: %s, %s",
+		deviceName(), where, runtime.NumCPU(), pin, r.h.roundsText(), r.h.depth, spin, procs)
 }
 
 func fmtVal(m Metric, v float64) string {
@@ -255,7 +255,11 @@ func (r *report) printTable(w io.Writer) {
 	for _, n := range r.warnings() {
 		fmt.Fprintf(w, "\nWARNING: %s\n", n)
 	}
-	fmt.Fprintf(w, "\n%s\n", legend)
+	if r.h.metrics != nil && !slices.Contains(r.h.metrics, Latency) {
+		fmt.Fprintf(w, "\n%s\n", grpcLegend)
+	} else {
+		fmt.Fprintf(w, "\n%s\n", legend)
+	}
 	fmt.Fprintf(w, "wall time %s\n", r.wall.Round(time.Second))
 }
 
@@ -365,6 +369,13 @@ ud-msgrate: datagrams posted per second by the sender, as perftest -c UD counts,
 ours/X is the median over the rounds of ours/X within each round, with its 95% interval in brackets
 ([n=N]: fewer than 6 rounds, no interval); go-floor is the same verbs calls with no library logic.
 ours/X > 1 means ours is slower for latency and faster for bandwidth and rate. ! = unstable rounds.
+Soft-RoCE emulated in a TCG guest: only ratios within one run mean anything.`
+
+const grpcLegend = `Legend: one generated service three ways: ours = grpcrdma (the message view, no HTTP/2), grpc-go-* = grpc-go
+over the rdma.Conn as a net.Conn, tcp = the same grpc-go case over TCP on 127.0.0.1; msg-stream-ceiling = the message
+view's own stream of the same messages. A unary call's time is its whole round trip. MB = 10^6 bytes.
+X/Y is the median over the rounds of X/Y within each round, with its 95% interval in brackets ([n=N]: fewer than
+6 rounds, no interval); > 1 means slower for the unary call, faster for calls/s and MB/s. ! = unstable rounds.
 Soft-RoCE emulated in a TCG guest: only ratios within one run mean anything.`
 
 // jsonReport is the JSON output: how the run went, one result per row,
