@@ -31,9 +31,13 @@ func appendStatus(b []byte, st *status.Status, trailer metadata.MD) []byte {
 	if m := st.Message(); m != "" {
 		b = frame.AppendString(b, frame.KindStatusMessage, m)
 	}
-	if p := st.Proto(); len(p.GetDetails()) > 0 {
-		if d, err := proto.Marshal(p); err == nil {
-			b = frame.AppendEntry(b, frame.KindStatusDetails, d)
+	// Only an error carries details (status.WithDetails refuses OK), and
+	// Proto clones: an OK call skips it.
+	if st.Code() != codes.OK {
+		if p := st.Proto(); len(p.GetDetails()) > 0 {
+			if d, err := proto.Marshal(p); err == nil {
+				b = frame.AppendEntry(b, frame.KindStatusDetails, d)
+			}
 		}
 	}
 	return b

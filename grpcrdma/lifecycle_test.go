@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -348,4 +349,45 @@ func TestServeConn(t *testing.T) {
 	case <-time.After(rdmatest.Scale(5 * time.Second)):
 		t.Fatal("ServeConn after Stop did not return")
 	}
+}
+
+// goroutineID is the running goroutine's id, from its stack's first line.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return ""
+	}
+	return f[1]
+}
+
+// TestHandlerWorkers: calls one after another run on the goroutines of
+// calls before them (their stacks already grown), and Stop ends the idle
+// workers.
+func TestHandlerWorkers(t *testing.T) {
+	g0 := rdmatest.Goroutines()
+	var mu sync.Mutex
+	ids := map[string]int{}
+	record := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		mu.Lock()
+		ids[goroutineID()]++
+		mu.Unlock()
+		return h(ctx, req)
+	}
+	p := newPair(t, anyListen, []DialOption{fallbackDial()}, UnaryInterceptor(record))
+	const calls = 20
+	for i := range calls {
+		if _, err := p.client.Say(ctxT(t, 5*time.Second), &testpb.EchoRequest{Message: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	n := len(ids)
+	mu.Unlock()
+	if n > calls/2 {
+		t.Errorf("%d calls ran on %d goroutines: workers were not reused", calls, n)
+	}
+	p.close(t)
+	rdmatest.WaitGoroutines(t, g0)
 }
