@@ -286,7 +286,7 @@ func (r *report) printCounters(w io.Writer, mp metricPlan) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header := false
 	for _, size := range mp.Sizes {
-		for _, o := range mp.Ours {
+		for _, o := range mp.rows() { // ours, and peers over an rdma.Conn (grpc-go)
 			a := r.get(mp.Metric, size, o.Label)
 			if a == nil || a.Counters == nil {
 				continue
