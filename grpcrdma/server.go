@@ -234,20 +234,7 @@ func (t *transport) drain() {
 // retries them on a new connection); it returns when every call has ended
 // and every connection is closed.
 func (s *Server) GracefulStop() {
-	s.mu.Lock()
-	s.draining = true
-	for l := range s.listeners {
-		l.Close()
-	}
-	for c := range s.raw {
-		c.Close()
-	}
-	ts := make([]*transport, 0, len(s.conns))
-	for t := range s.conns {
-		ts = append(ts, t)
-	}
-	s.mu.Unlock()
-	for _, t := range ts {
+	for _, t := range s.stopAccepting(&s.draining) {
 		t.drain()
 	}
 	s.serveWG.Wait()
@@ -259,20 +246,7 @@ func (s *Server) GracefulStop() {
 // fail on the client with codes.Unavailable and their handlers' contexts are
 // cancelled. It does not wait for handlers to return.
 func (s *Server) Stop() {
-	s.mu.Lock()
-	s.stopped = true
-	for l := range s.listeners {
-		l.Close()
-	}
-	for c := range s.raw {
-		c.Close()
-	}
-	ts := make([]*transport, 0, len(s.conns))
-	for t := range s.conns {
-		ts = append(ts, t)
-	}
-	s.mu.Unlock()
-	for _, t := range ts {
+	for _, t := range s.stopAccepting(&s.stopped) {
 		t.close(errors.New("grpcrdma: server stopped"))
 	}
 	s.serveWG.Wait()
@@ -352,6 +326,26 @@ func (s *Server) worker(f func()) {
 			return
 		}
 	}
+}
+
+// stopAccepting sets flag (draining or stopped), closes the listeners and
+// the connections still in their handshake, and returns the transports
+// serving, for Stop and GracefulStop to end their way.
+func (s *Server) stopAccepting(flag *bool) []*transport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	*flag = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.raw {
+		c.Close()
+	}
+	ts := make([]*transport, 0, len(s.conns))
+	for t := range s.conns {
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 func (s *Server) endWorkers() { s.quitOnce.Do(func() { close(s.quit) }) }
