@@ -266,8 +266,10 @@ type Config struct {
 	// larger than the bound is read when the connection holds none.
 	// Besides, all connections on a device together hold at most half of
 	// its PoolMaxBytes in such messages, so that however many connections
-	// a peer opens, the rest of the pool stays for the others. 0 means
-	// 16 MiB; negative values are refused.
+	// a peer opens, the rest of the pool stays for the others; past that
+	// half, a connection holding none still takes one message, so that
+	// reading any connection always makes progress. 0 means 16 MiB;
+	// negative values are refused.
 	MaxUnreadBytes int64
 	// ConnectTimeout bounds address and route resolution and the handshake
 	// when the dialer has no earlier deadline. 0 means 15 s.

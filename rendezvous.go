@@ -351,7 +351,7 @@ func (c *Conn) pumpRendezvousLocked() {
 			if c.rvHeld > 0 && c.rvHeld+n > c.cfg.MaxUnreadBytes {
 				return
 			}
-			if !c.dev.unread.tryCharge(n) {
+			if ok, _ := c.dev.unread.tryCharge(n, c.rvHeld == 0); !ok {
 				r.state = rvWaitPool
 				go c.awaitBuffer(idx, int(n), false)
 				return
@@ -394,10 +394,8 @@ func (c *Conn) pumpRendezvousLocked() {
 // the pool to have room for the rendezvous in receive buffer idx; nothing
 // is lost meanwhile, the peer's buffer stays lent to us.
 func (c *Conn) awaitBuffer(idx, n int, charged bool) {
-	if !charged {
-		if c.dev.unread.charge(c.rvCtx, int64(n)) != nil {
-			return // the connection is being released
-		}
+	if !charged && !c.awaitUnread(int64(n)) {
+		return // the connection is being released
 	}
 	// An arena, if the pool needs one, is registered at low priority
 	// (lowprio.go); with the pool at its limit, GetWait waits for a
@@ -424,6 +422,27 @@ func (c *Conn) awaitBuffer(idx, n int, charged bool) {
 	c.rvHeld += int64(n)
 	c.rvIn[idx].buf, c.rvIn[idx].state = b, rvNeedPost
 	c.pumpRendezvousLocked()
+}
+
+// awaitUnread waits until the device's unread budget takes n more bytes
+// for c, or until c is released (false). Each try is made under c.mu, so
+// that c's own releases, which may leave it alone (holding no large
+// message) and so entitled to one past the budget, cannot slip between
+// the check and the wait.
+func (c *Conn) awaitUnread(n int64) bool {
+	for {
+		c.mu.Lock()
+		ok, changed := c.dev.unread.tryCharge(n, c.rvHeld == 0)
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-c.rvCtx.Done():
+			return false
+		}
+	}
 }
 
 // readDoneLocked: the READ of the rendezvous in receive buffer idx ended.

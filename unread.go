@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"context"
 	"sync"
 )
 
@@ -12,6 +11,15 @@ import (
 // peers of one device, however many connections they open, can make it
 // hold at most max bytes of their messages: the rest of the pool stays
 // for rings, handshakes and the application's Alloc.
+//
+// One exception keeps every connection able to make progress: a
+// connection that holds no large message may always take one, past max.
+// Without it, an application reading its connections one after another
+// would wait forever on a connection whose next message finds the budget
+// taken by the unread messages of connections it will read later. So the
+// device holds at most max, plus one message (MaxMessageSize) per
+// connection that would otherwise hold none; the pool's own limit
+// (PoolMaxBytes) bounds everything.
 type unreadBudget struct {
 	mu      sync.Mutex
 	max     int64         // 0: unbounded
@@ -19,39 +27,21 @@ type unreadBudget struct {
 	changed chan struct{} // closed and replaced at each release, for waiters
 }
 
-// tryCharge charges n bytes if they fit, or if nothing is held (so a
-// message larger than the budget is still read, alone).
-func (u *unreadBudget) tryCharge(n int64) bool {
+// tryCharge charges n bytes if they fit, if nothing is held (so a
+// message larger than the budget is still read, alone), or if alone (the
+// charging connection holds no large message). Otherwise it returns a
+// channel closed at the next release, to wait on before trying again.
+func (u *unreadBudget) tryCharge(n int64, alone bool) (ok bool, changed <-chan struct{}) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.max > 0 && u.held > 0 && u.held+n > u.max {
-		return false
+	if alone || u.max <= 0 || u.held == 0 || u.held+n <= u.max {
+		u.held += n
+		return true, nil
 	}
-	u.held += n
-	return true
-}
-
-// charge waits until n bytes fit, then charges them; it fails only when
-// ctx ends.
-func (u *unreadBudget) charge(ctx context.Context, n int64) error {
-	for {
-		u.mu.Lock()
-		if u.max <= 0 || u.held == 0 || u.held+n <= u.max {
-			u.held += n
-			u.mu.Unlock()
-			return nil
-		}
-		if u.changed == nil {
-			u.changed = make(chan struct{})
-		}
-		ch := u.changed
-		u.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if u.changed == nil {
+		u.changed = make(chan struct{})
 	}
+	return false, u.changed
 }
 
 // release returns n charged bytes and wakes the waiters.

@@ -155,10 +155,15 @@ func TestUnreadConnectionBound(t *testing.T) {
 }
 
 // TestUnreadDeviceBound: several connections on one device, each peer
-// announcing large messages that the application never reads, hold
+// announcing large messages that the application does not read, hold
 // together at most half the device's pool (PoolMaxBytes / 2), whatever
-// each connection's MaxUnreadBytes allows; another connection can still
-// allocate, send and receive.
+// each connection's MaxUnreadBytes allows, plus at most one message each
+// (a connection holding none always gets one, so that every connection
+// makes progress); another connection can still allocate, send and
+// receive, a large message too; and an application that then reads the
+// connections one after another gets every message, although each
+// connection's next message finds the budget taken by the ones it reads
+// later.
 func TestUnreadDeviceBound(t *testing.T) {
 	waitNoDevice(t)
 	const poolMax, size, count, conns = 48 << 20, 1 << 20, 12, 4
@@ -202,14 +207,23 @@ func TestUnreadDeviceBound(t *testing.T) {
 	}
 	t.Logf("%d connections, each announced %d x %d KiB: the readers hold %d MiB together (device bound %d MiB)",
 		conns, count, size>>10, total>>20, dev.unread.max>>20)
-	if got := dev.unread.inUse(); total > dev.unread.max || got > dev.unread.max {
-		t.Fatalf("the readers hold %d bytes (device charge %d), bound %d", total, got, dev.unread.max)
+	bound := dev.unread.max + conns*size
+	if got := dev.unread.inUse(); total > bound || got > bound {
+		t.Fatalf("the readers hold %d bytes (device charge %d), bound %d + one %d-byte message per connection",
+			total, got, dev.unread.max, size)
 	}
-	// The rest of the pool serves another connection.
+	if total < dev.unread.max {
+		t.Fatalf("the readers hold %d bytes: the announcements did not reach the device bound %d", total, dev.unread.max)
+	}
+	// The rest of the pool serves another connection, and the budget's
+	// exception lets it receive a large message.
 	c5, s5, ln5 := dialPair(t, cfg)
 	defer ln5.Close()
 	defer c5.Close()
 	defer s5.Close()
+	if s5.dev != dev {
+		t.Fatal("the fifth connection is on another device")
+	}
 	big, err := c5.Alloc(4 << 20)
 	if err != nil {
 		t.Fatalf("another connection's Alloc while the readers hold their bound: %v", err)
@@ -217,6 +231,12 @@ func TestUnreadDeviceBound(t *testing.T) {
 	big.Release()
 	echoOnce(t, c5, s5)
 	echoOnce(t, s5, c5)
+	want5, done5 := sendSame(ctx, c5, size, 1)
+	readSame(t, ctx, s5, want5, 1)
+	if err := <-done5; err != nil {
+		t.Fatalf("fifth connection's sender: %v", err)
+	}
+	// Read one connection after another.
 	for _, p := range pairs {
 		readSame(t, ctx, p.s, p.want, count)
 		if err := <-p.done; err != nil {

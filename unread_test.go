@@ -10,21 +10,35 @@ import (
 )
 
 // TestUnreadBudgetBounds: charges past the bound are refused while anything
-// is held, a charge larger than the bound passes alone, and releases give
-// the bytes back.
+// is held, a charge larger than the bound passes alone, a connection that
+// holds nothing is charged past the bound, and releases give the bytes
+// back.
 func TestUnreadBudgetBounds(t *testing.T) {
 	u := unreadBudget{max: 100}
-	if !u.tryCharge(60) || !u.tryCharge(40) {
+	charge := func(n int64, alone bool) bool {
+		ok, changed := u.tryCharge(n, alone)
+		if ok != (changed == nil) {
+			t.Fatalf("tryCharge(%d) = %v with a wait channel %v", n, ok, changed)
+		}
+		return ok
+	}
+	if !charge(60, false) || !charge(40, false) {
 		t.Fatal("charges within the bound refused")
 	}
-	if u.tryCharge(1) {
+	if charge(1, false) {
 		t.Fatal("a charge past the bound passed")
 	}
-	u.release(100)
-	if !u.tryCharge(500) {
+	if !charge(30, true) {
+		t.Fatal("a connection holding nothing was refused its one message")
+	}
+	if got := u.inUse(); got != 130 {
+		t.Fatalf("in use %d, want 130", got)
+	}
+	u.release(130)
+	if !charge(500, false) {
 		t.Fatal("a charge larger than the bound refused with nothing held")
 	}
-	if u.tryCharge(1) {
+	if charge(1, false) {
 		t.Fatal("a charge passed while an oversized one is held")
 	}
 	u.release(500)
@@ -33,15 +47,20 @@ func TestUnreadBudgetBounds(t *testing.T) {
 	}
 }
 
-// TestUnreadBudgetWaiters: charge waits for releases, never lets the total
-// pass the bound, and ends with its context.
+// TestUnreadBudgetWaiters: a refused charge's channel closes at the next
+// release, waiters that retry never let the total pass the bound, and every
+// one of them is charged in the end.
 func TestUnreadBudgetWaiters(t *testing.T) {
 	u := unreadBudget{max: 100}
-	u.tryCharge(100)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if err := u.charge(ctx, 10); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("charge past the bound: %v, want the context's end", err)
+	u.tryCharge(100, false)
+	ok, changed := u.tryCharge(10, false)
+	if ok {
+		t.Fatal("a charge past the bound passed")
+	}
+	select {
+	case <-changed:
+		t.Fatal("the wait channel closed before any release")
+	default:
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -51,9 +70,17 @@ func TestUnreadBudgetWaiters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 50 {
-				if err := u.charge(context.Background(), 30); err != nil {
-					t.Error(err)
-					return
+				for {
+					ok, changed := u.tryCharge(30, false)
+					if ok {
+						break
+					}
+					select {
+					case <-changed:
+					case <-time.After(10 * time.Second):
+						t.Error("a waiter was not woken by the releases")
+						return
+					}
 				}
 				mu.Lock()
 				peak = max(peak, u.inUse())
@@ -63,6 +90,11 @@ func TestUnreadBudgetWaiters(t *testing.T) {
 		}()
 	}
 	u.release(100)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a release did not close the wait channel")
+	}
 	wg.Wait()
 	if peak > 100 {
 		t.Fatalf("the budget held %d bytes, bound 100", peak)
