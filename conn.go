@@ -70,6 +70,7 @@ type Conn struct {
 	closed          bool           // Close was called
 	qpDown          bool           // the QP was moved to ERR
 	released        bool           // the endpoint is gone: completions are ignored
+	disconnected    bool           // a disconnect request went to the peer (disconnectLocked)
 	ringFreed       bool           // the receive ring went back to the pool (after release)
 	wake            chan struct{}  // closed and replaced on a state change when wakers > 0
 	wakers          int            // goroutines waiting on wake
@@ -235,8 +236,8 @@ func (c *Conn) shutdown() error {
 	}
 	deliveryErr := c.undeliveredLocked(finErr)
 	c.qpDownLocked()
+	c.disconnectLocked()
 	c.mu.Unlock()
-	c.id.Disconnect()
 
 	// Let the completion loop collect the flushed work requests, then stop it.
 	flushDeadline := time.Now().Add(time.Second)
@@ -376,7 +377,15 @@ func (c *Conn) qpDownLocked() {
 	c.broadcast()
 }
 
-// failLocked records a fatal error for both directions and takes the QP down.
+// failLocked records a fatal error for both directions and takes the QP
+// down. A protocol violation is this side's verdict, which the peer's
+// healthy QP knows nothing of: the peer is told at once by a disconnect
+// request, since a QP in ERR answers nothing and the peer would otherwise
+// learn only when its sends ran out of retries, or wait in Close for
+// acknowledgements that never come. Other failures come from the device
+// or the transport, which the peer sees for itself; a disconnect request
+// sent through a port that is down also leaves Soft-RoCE's CM unable to
+// connect on that port after it comes back up (TestPortDown).
 func (c *Conn) failLocked(err error) {
 	if c.rerr == nil {
 		c.rerr = err
@@ -385,6 +394,22 @@ func (c *Conn) failLocked(err error) {
 		c.werr = err
 	}
 	c.qpDownLocked()
+	if errors.Is(err, ErrProtocol) {
+		c.disconnectLocked()
+	}
+}
+
+// disconnectLocked sends the peer a disconnect request, once, while the
+// rdma_cm id exists (release destroys it after setting c.released). The
+// peer's connection ends with ECONNRESET, or with end-of-stream if ours
+// sent one. An unreachable peer's disconnect times out in the kernel's
+// CM; the connection does not wait for it.
+func (c *Conn) disconnectLocked() {
+	if c.disconnected || c.released {
+		return
+	}
+	c.disconnected = true
+	c.id.Disconnect()
 }
 
 // eventLoop handles CM events after the connection is up, until ctx is
@@ -416,10 +441,10 @@ func (c *Conn) eventLoop(ctx context.Context) {
 			// flush marks the end (io.EOF if the peer sent end-of-stream).
 			c.qpDownLocked()
 			c.broadcast() // werr may be new though the QP was down already (a flush came first)
-			c.mu.Unlock()
 			if ev.Type == rdmacm.EventDisconnected {
-				c.id.Disconnect() // answer the peer's DREQ
+				c.disconnectLocked() // answer the peer's DREQ
 			}
+			c.mu.Unlock()
 		case rdmacm.EventTimewaitExit:
 			c.ep.timewaitExit() // the QP may be reused (qppool.go)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 // rawControl posts n zero-length messages of kind with value val that
 // spend no credit, one after the other as fast as each completes, as a
 // hostile peer could: the credit updates and probes a peer with the
-// control reserve sends without a grant, and done answers. Each waits for
-// the previous one's completion (as a well-behaved peer does), so none
-// meets a receiver without a posted receive and none is delayed by an RNR
-// NAK.
+// control reserve sends without a grant, and done answers. Each after the
+// first waits for the previous one's completion (as a well-behaved peer
+// does), so none meets a receiver without a posted receive and none is
+// delayed by an RNR NAK. (The first does not wait for the library's own
+// sends: an unsignaled one stays counted until a later signaled send
+// completes.)
 func rawControl(t *testing.T, c *Conn, kind wire.Kind, val uint32, n int) {
 	t.Helper()
 	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
@@ -32,7 +35,7 @@ func rawControl(t *testing.T, c *Conn, kind wire.Kind, val uint32, n int) {
 			c.mu.Unlock()
 			return // the receiver has ended the connection already
 		}
-		if c.sqUsedLocked() > 0 {
+		if sent > 0 && c.sqUsedLocked() > 0 {
 			c.mu.Unlock()
 			if time.Now().After(deadline) {
 				t.Fatalf("a send did not complete after %d of %d messages", sent, n)
@@ -50,9 +53,12 @@ func rawControl(t *testing.T, c *Conn, kind wire.Kind, val uint32, n int) {
 }
 
 // expectProtocolError waits until s has ended its connection, checks that
-// its reader sees ErrProtocol mentioning want, and that c2 and s2, another
-// connection on the same device, still carry data both ways.
-func expectProtocolError(t *testing.T, s, c2, s2 *Conn, want string) {
+// its reader sees ErrProtocol mentioning want, that the offending peer is
+// told at once (its reader sees the connection reset within 2 s, where
+// waiting for its sends' retries to run out would take longer), and that
+// c2 and s2, another connection on the same device, still carry data both
+// ways.
+func expectProtocolError(t *testing.T, s, peer, c2, s2 *Conn, want string) {
 	t.Helper()
 	wait := rdmatest.Scale(2 * time.Second)
 	deadline := time.Now().Add(wait)
@@ -73,6 +79,10 @@ func expectProtocolError(t *testing.T, s, c2, s2 *Conn, want string) {
 		t.Fatalf("receiver's read: %v, want ErrProtocol mentioning %q", err, want)
 	}
 	t.Logf("receiver: %v", err)
+	peer.SetReadDeadline(time.Now().Add(rdmatest.Scale(2 * time.Second)))
+	if _, err := io.ReadAll(peer); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("the offending peer's read: %v, want the connection reset (ECONNRESET)", err)
+	}
 	echoOnce(t, c2, s2)
 	echoOnce(t, s2, c2)
 }
@@ -104,7 +114,7 @@ func TestHostileCreditGrant(t *testing.T) {
 			} else {
 				rawControl(t, c, tc.kind, wire.MaxImmCredits, 1)
 			}
-			expectProtocolError(t, s, c2, s2, "credits")
+			expectProtocolError(t, s, c, c2, s2, "credits")
 		})
 	}
 }
@@ -126,7 +136,7 @@ func TestHostileControlAllowance(t *testing.T) {
 		defer s2.Close()
 		defer c2.Close()
 		rawControl(t, c, wire.KindCredit, 0, 1)
-		expectProtocolError(t, s, c2, s2, "credit update")
+		expectProtocolError(t, s, c, c2, s2, "credit update")
 	})
 	t.Run("probe flood", func(t *testing.T) {
 		c, s, ln := connPair(t, nil)
@@ -138,7 +148,7 @@ func TestHostileControlAllowance(t *testing.T) {
 		defer s2.Close()
 		defer c2.Close()
 		rawControl(t, c, wire.KindKeepalive, 0, 200)
-		expectProtocolError(t, s, c2, s2, "probes")
+		expectProtocolError(t, s, c, c2, s2, "probes")
 	})
 	t.Run("second done answer", func(t *testing.T) {
 		cfg := &Config{BufferSize: 4096}
@@ -171,6 +181,6 @@ func TestHostileControlAllowance(t *testing.T) {
 		// The message was read and answered: a second answer is one more
 		// than the rendezvous allows.
 		rawControl(t, s, wire.KindRendezvousDone, uint32(id), 1)
-		expectProtocolError(t, c, c2, s2, "not outstanding")
+		expectProtocolError(t, c, s, c2, s2, "not outstanding")
 	})
 }
