@@ -405,7 +405,7 @@ func (c *Conn) failLocked(err error) {
 // sent one. An unreachable peer's disconnect times out in the kernel's
 // CM; the connection does not wait for it.
 func (c *Conn) disconnectLocked() {
-	if c.disconnected || c.released {
+	if c.disconnected || c.released || c.id == nil { // nil: a Conn the fuzz targets build, with no rdma_cm id
 		return
 	}
 	c.disconnected = true
