@@ -56,6 +56,10 @@ func (c *Config) check() error {
 		return bad("MaxPathMTU", c.MaxPathMTU, "want 0 (the path's) or %d..%d bytes (rounded down to 256, 512, "+
 			"1024, 2048 or 4096)", minPathMTU, maxPathMTU)
 	}
+	if c.ReadDepth < 0 || c.ReadDepth > maxReadDepth {
+		return bad("ReadDepth", c.ReadDepth, "want 0 (%d) or 1..%d READs and atomics outstanding (rdma_cm carries "+
+			"the depth in 8 bits)", defaultReadDepth, maxReadDepth)
+	}
 	if c.ServiceLevel < 0 || c.ServiceLevel > maxServiceLevel {
 		return bad("ServiceLevel", c.ServiceLevel, "want 0..%d (the SL is 4 bits)", maxServiceLevel)
 	}

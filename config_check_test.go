@@ -23,6 +23,8 @@ func TestConfigRanges(t *testing.T) {
 		{"RetryCount", Config{RetryCount: 7}, "retry forever on some devices (Soft-RoCE among them)"},
 		{"RetryCount", Config{RetryCount: 8}, "want 1..6 (0 means 6)"},
 		{"RetryCount", Config{RetryCount: -1}, "want 1..6 (0 means 6)"},
+		{"ReadDepth", Config{ReadDepth: 256}, "want 0 (16) or 1..255"},
+		{"ReadDepth", Config{ReadDepth: -1}, "want 0 (16) or 1..255"},
 		{"RNRRetry", Config{RNRRetry: 7}, "retry forever"},
 		{"RNRRetry", Config{RNRRetry: 9}, "want 1..6 (0 means 6)"},
 		{"RNRRetry", Config{RNRRetry: -2}, "want 1..6"},
@@ -64,7 +66,7 @@ func TestConfigRanges(t *testing.T) {
 		check("ListenPacket", err)
 	}
 	for _, ok := range []Config{
-		{}, {AckTimeout: maxAckTimeout}, {AckTimeout: time.Nanosecond}, {RetryCount: 1}, {RetryCount: 6},
+		{}, {AckTimeout: maxAckTimeout}, {AckTimeout: time.Nanosecond}, {RetryCount: 1}, {RetryCount: 6}, {ReadDepth: 1}, {ReadDepth: 255},
 		{RNRRetry: 1}, {RNRRetry: 6}, {MinRNRTimer: time.Nanosecond}, {MinRNRTimer: maxMinRNRTimer},
 		{MaxPathMTU: 256}, {MaxPathMTU: 4096}, {MaxPathMTU: 1500}, {ServiceLevel: 15}, {TrafficClass: 255},
 	} {

@@ -20,6 +20,7 @@ var documentedDefaults = Config{
 	CloseTimeout:   5 * time.Second,
 	RetryCount:     6,
 	RNRRetry:       6,
+	ReadDepth:      16,
 	KeepAlive:      15 * time.Second,
 	PollMode:       PollAdaptive,
 	PollSpin:       50 * time.Microsecond,
@@ -46,7 +47,7 @@ func TestConfigKeepsSetValues(t *testing.T) {
 	in := Config{
 		RecvBuffers: 16, SendBuffers: 8, BufferSize: 4096, MaxMessageSize: 1 << 20, MaxUnreadBytes: 1 << 20,
 		ConnectTimeout: time.Second, CloseTimeout: 2 * time.Second, RetryCount: 3,
-		KeepAlive: -1, AckTimeout: 65 * time.Millisecond, RNRRetry: 1, MinRNRTimer: time.Millisecond,
+		KeepAlive: -1, AckTimeout: 65 * time.Millisecond, RNRRetry: 1, ReadDepth: 3, MinRNRTimer: time.Millisecond,
 		MaxPathMTU: 2048, ServiceLevel: 3, TrafficClass: 104,
 		PollMode: PollBusy, PollSpin: time.Millisecond, Pollers: 2, PollCPUs: []int{3, 1},
 		PollNoPin: true, PoolMaxBytes: 64 << 20, Backlog: 7, HandshakeTimeout: 3 * time.Second,

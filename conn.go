@@ -128,6 +128,9 @@ func (c *Conn) setPeer(peer wire.Hello) {
 	c.mu.Lock()
 	c.peerBufSize = min(int(peer.RecvBufSize), c.ep.bufSize)
 	c.features = peer.Features
+	// The QP accepts the peer's atomics only where both sides have them
+	// (endpoint.configure grants the right at RTR).
+	c.ep.remoteAtomic = peer.Features&wire.FeatureAtomics != 0
 	c.credits = int(peer.Credits)
 	c.peerMaxMsg = c.peerBufSize
 	if c.dev.windows && int(peer.MaxMsgSize) > c.peerBufSize {
@@ -316,13 +319,17 @@ func (c *Conn) release() error {
 				c.oq.push(OpCompletion{ID: s.id, Err: net.ErrClosed})
 			} else {
 				select {
-				case s.done <- net.ErrClosed:
+				case s.done <- opResult{err: net.ErrClosed}:
 				default:
 				}
 			}
 			rel = append(rel, s.local)
 			s.local = buffer.Buf{}
 		}
+	}
+	if c.atomicRes.Valid() { // operations in flight hold references of their own
+		rel = append(rel, c.atomicRes)
+		c.atomicRes = buffer.Buf{}
 	}
 	c.mu.Unlock()
 	// Messages and notifications delivered but never received go back now

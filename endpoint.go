@@ -46,7 +46,11 @@ type endpoint struct {
 	sl, tc           uint8        // service level and traffic class (0: rdma_cm's)
 	ackTimeoutSet    uint8        // what the QP got at RTS (for the detection bound)
 	avSet            verbs.AHAttr // the address vector the QP got at RTR (its SL, which a device may not keep)
-	closed           bool
+	// The READ/atomic depths the listener's side sets itself (0: rdma_cm's,
+	// as the dialer's side takes them from the listener's answer).
+	rdAtomic, destRdAtomic uint8
+	remoteAtomic           bool // the QP accepts the peer's atomics (both sides have them)
+	closed                 bool
 
 	// The QP pool (qppool.go).
 	shape       qpShape       // the QP's queue sizes and inline request
@@ -248,14 +252,23 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 // transition to state to, and returns the mask with what it added.
 func (e *endpoint) configure(to verbs.QPState, attr *verbs.QPAttr, mask verbs.AttrMask) verbs.AttrMask {
 	if to == verbs.StateInit {
-		// rdma_cm gives the active side's QP remote write only; both sides
-		// must accept one-sided writes and reads into exported memory.
-		// What is reachable stays decided by MRs: only exports have rkeys
-		// with remote rights.
-		attr.AccessFlags |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+		// rdma_cm gives the active side's QP remote write only, and the
+		// passive side's remote atomics too whatever the devices have:
+		// this side sets the rights itself (qpAccess).
+		attr.AccessFlags = e.qpAccess()
 		mask |= verbs.AttrAccessFlags
 	}
 	if to == verbs.StateRTR {
+		// The dialer's QP went to INIT before the listener's Hello said
+		// whether both sides have atomics: the rights again, now known.
+		if e.remoteAtomic {
+			attr.AccessFlags = e.qpAccess()
+			mask |= verbs.AttrAccessFlags
+		}
+		if e.destRdAtomic != 0 {
+			attr.MaxDestRdAtomic = e.destRdAtomic
+			mask |= verbs.AttrMaxDestRdAtomic
+		}
 		// The receive side and the path: the RNR NAK timer this
 		// side advertises, the path MTU cap, and the service level
 		// and traffic class of what this side sends.
@@ -281,6 +294,10 @@ func (e *endpoint) configure(to verbs.QPState, attr *verbs.QPAttr, mask verbs.At
 		// retries (rdma_cm would give the passive side the dialer's).
 		attr.RetryCnt, attr.RNRRetry = e.retryCnt, e.rnrRetry
 		mask |= verbs.AttrRetryCnt | verbs.AttrRNRRetry
+		if e.rdAtomic != 0 {
+			attr.MaxRdAtomic = e.rdAtomic
+			mask |= verbs.AttrMaxQPRdAtomic
+		}
 		if e.ackTimeout > 0 {
 			attr.Timeout = e.ackTimeout
 			mask |= verbs.AttrTimeout
@@ -288,6 +305,18 @@ func (e *endpoint) configure(to verbs.QPState, attr *verbs.QPAttr, mask verbs.At
 		e.ackTimeoutSet = attr.Timeout
 	}
 	return mask
+}
+
+// qpAccess is the QP's remote rights: both sides accept one-sided writes
+// and reads into exported memory, and atomics where both devices have them
+// (remoteAtomic). What is reachable stays decided by the keys: only
+// exports have rkeys with remote rights, each with the rights it was given.
+func (e *endpoint) qpAccess() verbs.AccessFlags {
+	a := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	if e.remoteAtomic {
+		a |= verbs.AccessRemoteAtomic
+	}
+	return a
 }
 
 // toError moves the QP to ERR so every outstanding work request flushes.

@@ -357,15 +357,23 @@ func TestFallbackOneSidedRefused(t *testing.T) {
 	_, exportErr := c.Export(local, RemoteWrite|RemoteRead)
 	_, noteErr := c.RecvNotification(ctx)
 	_, qpErr := c.QPInfo()
+	_, casErr := c.CompareAndSwap(ctx, remote, 0, 0, 1)
+	_, faaErr := c.FetchAdd(ctx, remote, 0, 1)
+	_, atomicExportErr := c.Export(local, RemoteAtomic)
 	for name, err := range map[string]error{
-		"Export":           exportErr,
-		"WriteRemote":      c.WriteRemote(ctx, local, remote, 0),
-		"WriteRemoteImm":   c.WriteRemoteImm(ctx, local, remote, 0, 1),
-		"ReadRemote":       c.ReadRemote(ctx, local, remote, 0),
-		"PostWriteRemote":  c.PostWriteRemote(local, remote, 0, 1),
-		"PostReadRemote":   c.PostReadRemote(local, remote, 0, 1),
-		"RecvNotification": noteErr,
-		"QPInfo":           qpErr,
+		"CompareAndSwap":       casErr,
+		"FetchAdd":             faaErr,
+		"PostCompareAndSwap":   c.PostCompareAndSwap(remote, 0, 0, 1, 1),
+		"PostFetchAdd":         c.PostFetchAdd(remote, 0, 1, 1),
+		"Export(RemoteAtomic)": atomicExportErr,
+		"Export":               exportErr,
+		"WriteRemote":          c.WriteRemote(ctx, local, remote, 0),
+		"WriteRemoteImm":       c.WriteRemoteImm(ctx, local, remote, 0, 1),
+		"ReadRemote":           c.ReadRemote(ctx, local, remote, 0),
+		"PostWriteRemote":      c.PostWriteRemote(local, remote, 0, 1),
+		"PostReadRemote":       c.PostReadRemote(local, remote, 0, 1),
+		"RecvNotification":     noteErr,
+		"QPInfo":               qpErr,
 	} {
 		var oe *net.OpError
 		if !errors.Is(err, ErrNotRDMA) || !errors.As(err, &oe) || oe.Net != "tcp" {

@@ -23,9 +23,6 @@ const (
 	cmRejConsumerDefined  = 28 // the listener refused; the reason is in the private data
 )
 
-// readDepth is how many RDMA reads each side may have outstanding.
-const readDepth = 4
-
 // hello is this side's half of the handshake (docs/protocol.md): its
 // protocol version and features, its credits (the initial receive window;
 // more are granted as it grows, window.go), its receive buffer size and
@@ -34,7 +31,7 @@ const readDepth = 4
 // receives posted is safe, so a window beyond the 16-bit field would be
 // announced as 65535.
 func (c *Conn) hello() []byte {
-	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: wire.Supported,
+	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: c.announced(),
 		Credits: uint16(min(c.window, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
 		MaxMsgSize: uint32(c.maxRecvMessage())}
 	return h.AppendTo(nil)
@@ -234,9 +231,13 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		return nil, err
 	}
 	st.step("resolve route (rest)")
-	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom)))
+	// The READ/atomic depths this side offers; the listener answers with
+	// its own, no larger, and rdma_cm gives this side's QP the agreed ones
+	// at RTR and RTS (the REP's initiator depth and responder resources).
+	resp := uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPRdAtom)))
+	init := uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPInitRdAtom)))
 	ours := hello(c)
-	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
+	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: resp, InitiatorDepth: init,
 		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
@@ -345,6 +346,13 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	ours := hello(c)
 	c.setPeer(agreed(ours, peer))
 	ep := c.ep
+	// The depths: rdma_cm reports the dialer's initiator depth as the
+	// responder resources asked of this side, and the dialer's responder
+	// resources as the initiator depth this side may use (it swaps them).
+	// This side's QP reaches RTS before the accept, so it sets them itself
+	// (rdma_cm would give it the dialer's), and the accept tells the dialer.
+	ep.destRdAtomic = uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPRdAtom), int(ev.ResponderResources)))
+	ep.rdAtomic = uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
 	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, fail(err)
 	}
@@ -358,8 +366,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		return nil, fail(err)
 	}
 	st.step("post receives")
-	depth := uint8(min(readDepth, int(ep.lim.MaxQPRdAtom), int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
-	if err = child.Accept(rdmacm.ConnParam{PrivateData: ours, ResponderResources: depth, InitiatorDepth: depth,
+	if err = child.Accept(rdmacm.ConnParam{PrivateData: ours, ResponderResources: ep.destRdAtomic, InitiatorDepth: ep.rdAtomic,
 		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -97,7 +98,7 @@ func TestHandshakeCompatDial(t *testing.T) {
 			c.Close()
 			t.Fatal("a dialer of major version 2 was accepted")
 		}
-		want := "dialer speaks verbline wire protocol 2.5, this listener 1.2: the major versions must match"
+		want := fmt.Sprintf("dialer speaks verbline wire protocol 2.5, this listener %d.%d: the major versions must match", wire.Version, wire.Minor)
 		if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "(version)") {
 			t.Fatalf("dialer's error %q, want ErrHandshake with %q (version)", err, want)
 		}
@@ -155,8 +156,8 @@ func TestHandshakeCompatListen(t *testing.T) {
 			t.Fatal("Dial accepted a listener of major version 2")
 		}
 		if !errors.Is(err, ErrHandshake) || !errors.Is(err, wire.ErrVersion) ||
-			!strings.Contains(err.Error(), "peer speaks verbline wire protocol 2.5, this side 1.2") {
-			t.Fatalf("dial error %q, want ErrHandshake and wire.ErrVersion naming 2.5 and 1.2", err)
+			!strings.Contains(err.Error(), fmt.Sprintf("peer speaks verbline wire protocol 2.5, this side %d.%d", wire.Version, wire.Minor)) {
+			t.Fatalf("dial error %q, want ErrHandshake and wire.ErrVersion naming 2.5 and %d.%d", err, wire.Version, wire.Minor)
 		}
 		t.Log(err)
 		r := <-accepted
@@ -164,7 +165,7 @@ func TestHandshakeCompatListen(t *testing.T) {
 			r.c.Close()
 			t.Fatal("the listener's side came up although the dialer refused it")
 		}
-		want := "listener speaks verbline wire protocol 2.5, this dialer 1.2"
+		want := fmt.Sprintf("listener speaks verbline wire protocol 2.5, this dialer %d.%d", wire.Version, wire.Minor)
 		if !strings.Contains(r.err.Error(), want) || !strings.Contains(r.err.Error(), "(version)") {
 			t.Fatalf("listener's side: %q, want the dialer's reject %q (version)", r.err, want)
 		}

@@ -37,14 +37,6 @@ import (
 // stays true until the operation is posted.
 func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < c.oq.size }
 
-// Access is what the peer may do to an exported buffer.
-type Access int
-
-const (
-	RemoteWrite Access = 1 << iota // the peer may write into the export
-	RemoteRead                     // the peer may read from it
-)
-
 // Export is a buffer the peer may access.
 type Export struct {
 	c      *Conn
@@ -71,8 +63,16 @@ func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	if c.tcp != nil {
 		return nil, c.tcp.notRDMA("export")
 	}
-	if access&^(RemoteWrite|RemoteRead) != 0 || access == 0 {
+	if access&^(RemoteWrite|RemoteRead|RemoteAtomic) != 0 || access == 0 {
 		return nil, c.opError("export", fmt.Errorf("invalid access %d", access))
+	}
+	if access&RemoteAtomic != 0 {
+		if err := c.atomicsUnsupported(); err != nil {
+			return nil, c.opError("export", err)
+		}
+		if b.Addr()%atomicWordSize != 0 {
+			return nil, c.opError("export", fmt.Errorf("RemoteAtomic needs an 8-byte aligned buffer (one from Alloc), not 0x%x", b.Addr()))
+		}
 	}
 	if err := b.Retain(); err != nil {
 		return nil, c.opError("export", err)
@@ -83,6 +83,9 @@ func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	}
 	if access&RemoteRead != 0 {
 		rights |= verbs.AccessRemoteRead
+	}
+	if access&RemoteAtomic != 0 {
+		rights |= verbs.AccessRemoteAtomic
 	}
 	e := &Export{c: c, buf: b}
 	if err := e.open(rights); err != nil {
@@ -151,7 +154,7 @@ func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs
 	}
 	s := &c.ops[idx]
 	b.Retain()
-	s.async, s.local, s.name = false, b, "memory window bind (export)"
+	s.async, s.atomic, s.local, s.name = false, false, b, "memory window bind (export)"
 	var bind verbs.SendWR
 	c.sqPushLocked(&bind, wrOneSided, idx, true)
 	rkey, err := c.ep.qp.PostBindMW(bind.WRID, mw, mr, b.Addr(), uint64(b.Len()), rights)
@@ -165,7 +168,7 @@ func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs
 	}
 	c.mu.Unlock()
 	w.End()
-	if err := c.awaitOp(ctx, &w, s); err != nil {
+	if _, err := c.awaitOp(ctx, &w, s); err != nil {
 		return 0, fmt.Errorf("binding a memory window for the export: %w", err)
 	}
 	return rkey, nil
@@ -206,21 +209,25 @@ type oneSidedState struct {
 	oq       lendQueue[OpCompletion] // lendqueue.go: ends of asynchronous operations until RecvCompletion or Completions() takes them
 	asyncOut int                     // asynchronous operations posted whose completion is not yet queued
 	exports  map[*Export]struct{}
+	// atomicRes holds the atomics' old values, 8 bytes per operation
+	// slot (atomics.go); made at the first atomic.
+	atomicRes buffer.Buf
 }
 
 // opSlot tracks one one-sided operation in flight.
 type opSlot struct {
-	done  chan error // for the blocking forms; capacity 1, made at the slot's first use (under mu)
-	async bool
-	id    uint64
-	local buffer.Buf
-	name  string // the operation, for its error (a failed completion's opcode is not valid)
+	done   chan opResult // for the blocking forms; capacity 1, made at the slot's first use (under mu)
+	async  bool
+	atomic bool // the NIC writes the word's old value into the slot's 8 bytes of c.atomicRes
+	id     uint64
+	local  buffer.Buf // the local buffer (for an atomic, c.atomicRes), referenced until the end
+	name   string     // the operation, for its error (a failed completion's opcode is not valid)
 }
 
-// OpCompletion reports the end of an asynchronous operation.
-type OpCompletion struct {
-	ID  uint64 // as given to PostSend, PostWriteRemote(Imm) or PostReadRemote
-	Err error
+// opResult is a blocking operation's end: an atomic's old value, or the error.
+type opResult struct {
+	value uint64
+	err   error
 }
 
 // Notification is a WriteRemoteImm the peer completed into our memory.
@@ -370,7 +377,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	s := &c.ops[idx]
 	local.Retain()
-	s.async, s.id, s.local, s.name = async, id, local, oneSidedOpName(opcode)
+	s.async, s.atomic, s.id, s.local, s.name = async, false, id, local, oneSidedOpName(opcode)
 	// A blocking call waits for its own completion; an asynchronous one's
 	// may come with a later request's (asyncForceLocked).
 	force := !async || c.asyncForceLocked(len(c.opFree)%max(c.ep.maxOps/2, 1) == 0)
@@ -392,7 +399,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 		return nil
 	}
 	w.End() // the wait for a slot is over; the wait for the completion starts afresh
-	if err := c.awaitOp(ctx, &w, s); err != nil {
+	if _, err := c.awaitOp(ctx, &w, s); err != nil {
 		return c.opError(op, err)
 	}
 	return nil
@@ -427,7 +434,7 @@ func (c *Conn) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, ne
 	idx := c.opFree[len(c.opFree)-1]
 	c.opFree = c.opFree[:len(c.opFree)-1]
 	if c.ops[idx].done == nil {
-		c.ops[idx].done = make(chan error, 1)
+		c.ops[idx].done = make(chan opResult, 1)
 	} else {
 		select {
 		case <-c.ops[idx].done: // a result nobody waited for (the waiter's ctx ended)
@@ -448,36 +455,36 @@ func (c *Conn) giveBackOpSlotLocked(idx int) buffer.Buf {
 }
 
 // awaitOp waits for the completion of the blocking operation in slot s,
-// driving the CQ meanwhile. If ctx ends first the operation still
-// completes; its slot is reclaimed then.
-func (c *Conn) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) error {
+// driving the CQ meanwhile, and returns an atomic's old value. If ctx ends
+// first the operation still completes; its slot is reclaimed then.
+func (c *Conn) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) (uint64, error) {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
 	}
 	for {
 		select {
-		case err := <-s.done:
-			return err
+		case r := <-s.done:
+			return r.value, r.err
 		default:
 		}
 		if done != nil && ctx.Err() != nil {
-			return ctx.Err()
+			return 0, ctx.Err()
 		}
 		if c.isClosed() {
-			return net.ErrClosed
+			return 0, net.ErrClosed
 		}
 		if !c.spinWait(w, &c.wrSpin) {
 			break
 		}
 	}
 	select {
-	case err := <-s.done:
-		return err
+	case r := <-s.done:
+		return r.value, r.err
 	case <-done:
-		return ctx.Err()
+		return 0, ctx.Err()
 	case <-c.closing:
-		return net.ErrClosed
+		return 0, net.ErrClosed
 	}
 }
 
@@ -497,13 +504,17 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 		// An RC transport error takes the QP to ERR: the connection fails.
 		c.failLocked(err)
 	}
+	var value uint64
+	if s.atomic && err == nil {
+		value = atomicResult(s.local.Bytes(), idx)
+	}
 	*release = append(*release, s.local)
 	s.local = buffer.Buf{}
 	if s.async {
 		c.asyncOut--
-		c.oq.push(OpCompletion{ID: s.id, Err: err})
+		c.oq.push(OpCompletion{ID: s.id, Err: err, Value: value})
 	} else {
-		s.done <- err
+		s.done <- opResult{value: value, err: err}
 	}
 	c.opFree = append(c.opFree, idx)
 }

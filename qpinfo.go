@@ -48,6 +48,10 @@ type QPInfo struct {
 	// peer at most (max_rd_atomic), MaxDestRdAtomic how many of the
 	// peer's it serves at once (max_dest_rd_atomic).
 	MaxRdAtomic, MaxDestRdAtomic int
+	// RemoteAtomic: the QP accepts the peer's atomics (its access flags
+	// have IBV_ACCESS_REMOTE_ATOMIC), where both devices have them and
+	// both sides' Hellos announced them.
+	RemoteAtomic bool
 }
 
 // String is the QPInfo on one line, e.g. "QP 0x11 -> 0x12 RTS mtu 1024

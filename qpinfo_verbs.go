@@ -38,7 +38,8 @@ func qpInfoOf(qpn uint32, a *verbs.QPAttr, cp verbs.QPCap) QPInfo {
 		MinRNRTimer: rnrTimerOf(a.MinRNRTimer), MinRNRTimerCode: a.MinRNRTimer,
 		SendPSN: a.SQPSN, RecvPSN: a.RQPSN, ServiceLevel: int(a.AH.SL),
 		MaxInline: cp.MaxInline, MaxSendWR: cp.MaxSendWR, MaxRecvWR: cp.MaxRecvWR,
-		MaxRdAtomic: int(a.MaxRdAtomic), MaxDestRdAtomic: int(a.MaxDestRdAtomic)}
+		MaxRdAtomic: int(a.MaxRdAtomic), MaxDestRdAtomic: int(a.MaxDestRdAtomic),
+		RemoteAtomic: a.AccessFlags&verbs.AccessRemoteAtomic != 0}
 	if a.Timeout != 0 {
 		info.AckTimeout = ackTimeoutOf(a.Timeout)
 	}

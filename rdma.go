@@ -325,6 +325,21 @@ type Config struct {
 	// as it means "retry forever" and a peer that stopped posting receives
 	// would stall this side instead of failing it.
 	RNRRetry int
+	// ReadDepth is how many RDMA READs and atomics this side's NIC keeps
+	// outstanding on the connection (the QP's initiator depth,
+	// max_rd_atomic, set at RTS) and how many of the peer's it serves at
+	// once (its responder resources, max_dest_rd_atomic, set at RTR):
+	// 1..255; 0 means 16. Each side clamps it to its device's limits
+	// (max_qp_init_rd_atom, max_qp_rd_atom); rdma_cm carries both numbers
+	// in the handshake and each direction uses the smaller of the
+	// initiator's depth and the responder's resources, so the two sides may
+	// give different values. Conn.QPInfo reads back what the QP holds
+	// (MaxRdAtomic, MaxDestRdAtomic; a device may round them up, Soft-RoCE
+	// to a power of two). The READs of large messages
+	// (rendezvous), ReadRemote and the atomics share the depth: beyond it
+	// the NIC holds further ones, and every request posted after them, in
+	// order until responses return; none fails for it.
+	ReadDepth int
 	// MinRNRTimer is how long this side asks the peer's NIC to wait before
 	// resending a message it refused for want of a posted receive (the QP's
 	// min_rnr_timer, set at RTR and carried in its RNR NAKs): rounded up
@@ -440,6 +455,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.RNRRetry == 0 {
 		out.RNRRetry = defaultRetry
+	}
+	if out.ReadDepth == 0 {
+		out.ReadDepth = defaultReadDepth
 	}
 	if out.KeepAlive == 0 {
 		out.KeepAlive = 15 * time.Second // net.Dialer's default

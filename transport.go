@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// RC transport settings (Config.AckTimeout, RetryCount, RNRRetry,
+// RC transport settings (Config.AckTimeout, RetryCount, RNRRetry, ReadDepth,
 // MinRNRTimer, MaxPathMTU, ServiceLevel, TrafficClass), in the units the QP
 // attributes take, and their legal ranges (checked by Config.check before
 // any device work).
@@ -27,6 +27,13 @@ const (
 	maxServiceLevel = 15
 	// maxTrafficClass: the GRH traffic class is 8 bits (DSCP and ECN on RoCE v2).
 	maxTrafficClass = 255
+	// defaultReadDepth is ReadDepth's zero-value meaning: the READs and
+	// atomics each side keeps outstanding (QP tuning guides give 8-32;
+	// rendezvous READs of large messages rarely need more than a few, the
+	// atomics' rate grows with it).
+	defaultReadDepth = 16
+	// maxReadDepth: rdma_cm carries the depths in 8 bits.
+	maxReadDepth = 255
 )
 
 // ackTimeoutExp is the exponent n of the QP's local ACK timeout

@@ -281,6 +281,38 @@ func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uin
 	return opError("read remote")
 }
 
+// CompareAndSwap fails: there is no RDMA in this build.
+func (c *Conn) CompareAndSwap(ctx context.Context, remote RemoteBuf, offset, compare, swap uint64) (uint64, error) {
+	if c.tcp != nil {
+		return 0, c.tcp.notRDMA("compare and swap")
+	}
+	return 0, opError("compare and swap")
+}
+
+// FetchAdd fails: there is no RDMA in this build.
+func (c *Conn) FetchAdd(ctx context.Context, remote RemoteBuf, offset, add uint64) (uint64, error) {
+	if c.tcp != nil {
+		return 0, c.tcp.notRDMA("fetch and add")
+	}
+	return 0, opError("fetch and add")
+}
+
+// PostCompareAndSwap fails: there is no RDMA in this build.
+func (c *Conn) PostCompareAndSwap(remote RemoteBuf, offset, compare, swap, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("compare and swap")
+	}
+	return opError("compare and swap")
+}
+
+// PostFetchAdd fails: there is no RDMA in this build.
+func (c *Conn) PostFetchAdd(remote RemoteBuf, offset, add, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("fetch and add")
+	}
+	return opError("fetch and add")
+}
+
 // Stats returns zero counters.
 func (c *Conn) Stats() ConnStats {
 	if c.tcp != nil {
@@ -340,15 +372,8 @@ func (l *Listener) Close() error {
 }
 
 // The types below are declared as in the Linux build (onesided.go, stats.go);
-// RemoteBuf is shared by both (remotebuf.go).
-
-// Access is what the peer may do to an exported buffer.
-type Access int
-
-const (
-	RemoteWrite Access = 1 << iota // the peer may write into the export
-	RemoteRead                     // the peer may read from it
-)
+// RemoteBuf, Access and OpCompletion are shared by both (remotebuf.go,
+// access.go).
 
 // Export is a buffer the peer may access; in this build none can be made.
 type Export struct{}
@@ -358,12 +383,6 @@ func (e *Export) Remote() RemoteBuf { return RemoteBuf{} }
 
 // Close does nothing.
 func (e *Export) Close() error { return nil }
-
-// OpCompletion reports the end of an asynchronous operation.
-type OpCompletion struct {
-	ID  uint64 // as given to PostSend, PostWriteRemote(Imm) or PostReadRemote
-	Err error
-}
 
 // Notification is a WriteRemoteImm the peer completed into our memory.
 type Notification struct {

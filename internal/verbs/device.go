@@ -198,6 +198,29 @@ type DeviceAttr struct {
 	MaxSRQWR        int
 	MaxMW           int
 	MemWindow2      bool // type 2 memory windows (bound through the send queue, scoped to one QP)
+	Atomics         AtomicCap
+}
+
+// AtomicCap mirrors enum ibv_atomic_cap: whether the device executes RDMA
+// atomics and against what they are atomic.
+type AtomicCap int
+
+const (
+	AtomicNone AtomicCap = C.IBV_ATOMIC_NONE // no atomics (iWARP devices, siw)
+	AtomicHCA  AtomicCap = C.IBV_ATOMIC_HCA  // atomic against other atomics through this device
+	AtomicGlob AtomicCap = C.IBV_ATOMIC_GLOB // atomic against every device's atomics as well
+)
+
+func (a AtomicCap) String() string {
+	switch a {
+	case AtomicNone:
+		return "none"
+	case AtomicHCA:
+		return "device (HCA)"
+	case AtomicGlob:
+		return "global"
+	}
+	return fmt.Sprintf("atomic_cap %d", int(a))
 }
 
 // QueryDevice returns the device's limits.
@@ -211,6 +234,7 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 		MaxSGE: int(a.max_sge), MaxCQE: int(a.max_cqe), MaxMR: int(a.max_mr), MaxMRSize: uint64(a.max_mr_size),
 		MaxQPRdAtom: int(a.max_qp_rd_atom), MaxQPInitRdAtom: int(a.max_qp_init_rd_atom), MaxSRQWR: int(a.max_srq_wr),
 		MaxMW: int(a.max_mw), MemWindow2: a.device_cap_flags&C.IBV_DEVICE_MEM_WINDOW_TYPE_2B != 0 && a.max_mw > 0,
+		Atomics: AtomicCap(a.atomic_cap),
 	}, nil
 }
 

@@ -11,6 +11,7 @@ package verbs
 typedef struct {
 	uint64_t wr_id, addr, remote_addr;
 	uint32_t len, lkey, opcode, flags, imm, rkey;
+	uint64_t compare_add, swap; // atomics only
 } gosendwr;
 typedef struct {
 	uint64_t wr_id, addr;
@@ -64,8 +65,16 @@ static int post_send(struct ibv_qp *qp, gobindwr *b, gosendwr *in, int n) {
 		w->imm_data = htonl(in[i].imm);
 		if (in[i].opcode == IBV_WR_LOCAL_INV)
 			w->invalidate_rkey = in[i].rkey; // shares a union with imm_data
-		w->wr.rdma.remote_addr = in[i].remote_addr;
-		w->wr.rdma.rkey = in[i].rkey;
+		if (in[i].opcode == IBV_WR_ATOMIC_CMP_AND_SWP || in[i].opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			// wr.atomic shares a union with wr.rdma, its rkey elsewhere.
+			w->wr.atomic.remote_addr = in[i].remote_addr;
+			w->wr.atomic.compare_add = in[i].compare_add;
+			w->wr.atomic.swap = in[i].swap;
+			w->wr.atomic.rkey = in[i].rkey;
+		} else {
+			w->wr.rdma.remote_addr = in[i].remote_addr;
+			w->wr.rdma.rkey = in[i].rkey;
+		}
 		w->next = i + 1 < n ? &wr[k + i + 1] : NULL;
 	}
 	int ret = ibv_post_send(qp, wr, &badwr);
@@ -198,6 +207,10 @@ const (
 	OpSendWithImm      uint32 = C.IBV_WR_SEND_WITH_IMM
 	OpRDMARead         uint32 = C.IBV_WR_RDMA_READ
 	OpLocalInv         uint32 = C.IBV_WR_LOCAL_INV // invalidates the memory window named by RKey
+	// The atomics: one 8-byte word at RemoteAddr (8-byte aligned); the
+	// word's value before the operation lands in the local SGE (8 bytes).
+	OpAtomicCompareSwap uint32 = C.IBV_WR_ATOMIC_CMP_AND_SWP   // CompareAdd compared, Swap written if equal
+	OpAtomicFetchAdd    uint32 = C.IBV_WR_ATOMIC_FETCH_AND_ADD // CompareAdd added
 
 	SendSignaled uint32 = C.IBV_SEND_SIGNALED
 	SendInline   uint32 = C.IBV_SEND_INLINE
@@ -215,6 +228,8 @@ type SendWR struct {
 	Flags      uint32
 	Imm        uint32 // host byte order
 	RKey       uint32
+	CompareAdd uint64 // the atomics' compare (CompareSwap) or addend (FetchAdd)
+	Swap       uint64 // CompareSwap's new value
 }
 
 // RecvWR is one receive work request with a single scatter/gather entry.

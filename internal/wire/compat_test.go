@@ -177,7 +177,8 @@ func TestFeaturesString(t *testing.T) {
 	for f, want := range map[Features]string{
 		0:                "none",
 		1:                "control-reserve",
-		1 << 1:           "bit 1",
+		1 << 1:           "atomics",
+		1 << 2:           "bit 2",
 		1<<31 | 1<<4 | 1: "control-reserve|bit 4|bit 31",
 	} {
 		if got := f.String(); got != want {

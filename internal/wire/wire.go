@@ -80,7 +80,7 @@ const Version uint8 = 1
 // Minor is the minor version this side speaks. Minor versions of one major
 // version interoperate: a later minor only adds what is negotiated through
 // feature bits. 1.0 peers send 0 in its byte.
-const Minor uint8 = 2
+const Minor uint8 = 3
 
 // Features is a set of optional protocol features, one bit each, announced
 // in the Hello. A feature is used on a connection only if both sides
@@ -95,12 +95,21 @@ type Features uint32
 // credit; the peer has at most one of them outstanding at a time.
 const FeatureControlReserve Features = 1 << 0
 
-// Supported is the set of features this implementation announces.
+// FeatureAtomics (bit 1, protocol 1.3): the sender's QP accepts RDMA
+// atomics (compare-and-swap, fetch-and-add) into memory it exports with
+// atomic rights; it is announced only where the sender's device has
+// atomics. A side calls the atomics only on a connection that negotiated
+// it, so a peer without them is refused locally, not by its NIC (which
+// would end the connection).
+const FeatureAtomics Features = 1 << 1
+
+// Supported is the set of features this implementation knows and may
+// announce (FeatureAtomics only where the device has atomics).
 // docs/protocol.md keeps the registry of feature bits.
-const Supported Features = FeatureControlReserve
+const Supported Features = FeatureControlReserve | FeatureAtomics
 
 // featureNames names the defined feature bits, for String.
-var featureNames = map[Features]string{FeatureControlReserve: "control-reserve"}
+var featureNames = map[Features]string{FeatureControlReserve: "control-reserve", FeatureAtomics: "atomics"}
 
 // Negotiate returns the features a connection uses: those both sides
 // announced. Both sides compute it from the two Hellos, so they agree
