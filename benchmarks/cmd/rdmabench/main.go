@@ -689,8 +689,10 @@ func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, erro
 
 func describeSample(m Metric, s *Sample, size int) string {
 	switch m {
-	case Latency, GRPCUnary:
+	case Latency, GRPCUnary, AtomicLatency:
 		return fmt.Sprintf("%9.2f µs  (p99 %.2f, p99.9 %.2f)", s.Value, s.P99, s.P999)
+	case AtomicRate:
+		return fmt.Sprintf("%9.4f Mops/s", s.Value)
 	case GRPCCallers:
 		return fmt.Sprintf("%9.0f calls/s", s.Value)
 	case GRPCStream:

@@ -16,6 +16,12 @@ const (
 	Bandwidth Metric = "bandwidth_MBps" // MB/s, MB = 10^6 bytes
 	Rate      Metric = "rate_Mmps"      // millions of messages per second
 
+	// The RDMA atomics (cases_atomic.go): one operation's time, the whole
+	// round trip as ib_atomic_lat reports it (not halved), and millions of
+	// fetch-and-adds per second with the READ/atomic depth outstanding.
+	AtomicLatency Metric = "atomic_us"
+	AtomicRate    Metric = "atomic_Mops"
+
 	// The gRPC metrics (-grpc, cases_grpc.go).
 	GRPCUnary   Metric = "grpc_unary_us"    // one unary call's round trip, µs
 	GRPCCallers Metric = "grpc_callers_cps" // unary calls per second, 16 callers on one connection
@@ -25,7 +31,7 @@ const (
 // metrics lists the data path's metrics in the order they run and are
 // reported; grpcMetrics are -grpc's.
 var (
-	metrics     = []Metric{Latency, Bandwidth, Rate}
+	metrics     = []Metric{Latency, Bandwidth, Rate, AtomicLatency, AtomicRate}
 	grpcMetrics = []Metric{GRPCUnary, GRPCCallers, GRPCStream}
 	allMetrics  = append(slices.Clone(metrics), grpcMetrics...)
 )
@@ -43,6 +49,10 @@ func (m Metric) Short() string {
 		return "grpc-callers"
 	case GRPCStream:
 		return "grpc-stream"
+	case AtomicLatency:
+		return "atomic-lat"
+	case AtomicRate:
+		return "atomic-rate"
 	}
 	return "rate"
 }
@@ -50,12 +60,14 @@ func (m Metric) Short() string {
 // Unit is the unit for tables and axes.
 func (m Metric) Unit() string {
 	switch m {
-	case Latency, GRPCUnary:
+	case Latency, GRPCUnary, AtomicLatency:
 		return "µs"
 	case Bandwidth, GRPCStream:
 		return "MB/s"
 	case GRPCCallers:
 		return "calls/s"
+	case AtomicRate:
+		return "Mops/s"
 	}
 	return "Mmsg/s"
 }
@@ -73,15 +85,19 @@ func (m Metric) Title() string {
 		return fmt.Sprintf("gRPC unary calls, %d callers on one connection", grpcCallersN)
 	case GRPCStream:
 		return "gRPC bidirectional stream, request bytes (each answered by an empty reply), MB = 10^6 bytes"
+	case AtomicLatency:
+		return "RDMA atomics, one operation's round trip (not halved), one outstanding"
+	case AtomicRate:
+		return fmt.Sprintf("RDMA fetch-and-add rate, %d outstanding, 10^6 operations/s", atomicDepth)
 	}
 	return "Message rate, 64 B messages, one direction"
 }
 
 // LowerIsBetter is true for latencies.
-func (m Metric) LowerIsBetter() bool { return m == Latency || m == GRPCUnary }
+func (m Metric) LowerIsBetter() bool { return m == Latency || m == GRPCUnary || m == AtomicLatency }
 
 // latencyLike metrics have a mean and percentiles besides their median.
-func (m Metric) latencyLike() bool { return m == Latency || m == GRPCUnary }
+func (m Metric) latencyLike() bool { return m == Latency || m == GRPCUnary || m == AtomicLatency }
 
 // A runMode is how much a run measures: -quick (make demo), the default
 // (make bench) or -long (a decision).
@@ -114,6 +130,8 @@ func (m Metric) Sizes(mode runMode) []int {
 		return []int{64 << 10}
 	case m == GRPCStream:
 		return []int{256 << 10}
+	case m == AtomicLatency || m == AtomicRate:
+		return []int{8} // an atomic's word
 	}
 	return []int{64}
 }
@@ -139,7 +157,7 @@ func defaultWorkload(quick bool) Workload {
 // Iters is the number of messages (round trips for latency) for one run.
 func (w Workload) Iters(m Metric, size int) int {
 	switch m {
-	case Latency:
+	case Latency, AtomicLatency:
 		return w.LatIters
 	case Bandwidth:
 		return max(int(w.BWBytes/int64(size)), 8) // perftest needs at least 5
@@ -157,7 +175,7 @@ func (w Workload) Iters(m Metric, size int) int {
 // (perftest does its own).
 func (w Workload) Warmup(m Metric) int {
 	switch m {
-	case Latency:
+	case Latency, AtomicLatency:
 		return max(w.LatIters/10, 10)
 	case GRPCUnary:
 		return max(w.GRPCCalls/10, 10)

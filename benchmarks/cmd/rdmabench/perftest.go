@@ -34,12 +34,17 @@ type perftestTool struct {
 	// MaxSize: the tool runs only at sizes up to it (0: every size). A UD
 	// datagram is one packet: at most the path MTU.
 	MaxSize int
+	// Atomic is the atomics tools' -A (CMP_AND_SWAP or FETCH_AND_ADD).
+	Atomic string
 }
 
 // Label is the tool's column name in the table, the JSON and the chart.
 func (t perftestTool) Label() string {
 	if t.Conn != "" {
 		return t.Cmd + " -c " + t.Conn
+	}
+	if t.Atomic != "" {
+		return t.Cmd + " -A " + t.Atomic + " -R"
 	}
 	return t.Cmd + " -R"
 }
@@ -67,6 +72,9 @@ var perftestTools = []perftestTool{
 	{Cmd: "ib_read_bw", Metric: Bandwidth}, // the ceiling of messages above a receive buffer (one RDMA READ each)
 	{Cmd: "ib_send_bw", Metric: Rate},
 	{Cmd: "ib_send_bw", Metric: Rate, Conn: "UD", MaxSize: udMaxSize},
+	{Cmd: "ib_atomic_lat", Metric: AtomicLatency, Atomic: "CMP_AND_SWAP"},
+	{Cmd: "ib_atomic_lat", Metric: AtomicLatency, Atomic: "FETCH_AND_ADD"},
+	{Cmd: "ib_atomic_bw", Metric: AtomicRate, Atomic: "FETCH_AND_ADD"},
 }
 
 // args are the tool's arguments for one run, but for the port (both sides
@@ -78,6 +86,16 @@ func (t perftestTool) args(size, iters, depth, gid int) []string {
 		a = append(a, "-R")
 	} else {
 		a = append(a, "-x", strconv.Itoa(gid))
+	}
+	if t.Atomic != "" {
+		// The word is 8 bytes (perftest refuses -s for atomics); the rate
+		// keeps the depth ours negotiates outstanding (-o, and -t so that
+		// the send queue holds them).
+		a = append(a, "-A", t.Atomic, "-n", strconv.Itoa(iters))
+		if t.Metric == AtomicRate {
+			a = append(a, "-o", strconv.Itoa(atomicDepth), "-t", strconv.Itoa(atomicDepth))
+		}
+		return a
 	}
 	a = append(a, "-s", strconv.Itoa(size), "-n", strconv.Itoa(iters))
 	if t.Conn != "" {
@@ -419,7 +437,7 @@ func parsePerftest(out string, m Metric, size int) (*Sample, error) {
 		return v
 	}
 	switch m {
-	case Latency:
+	case Latency, AtomicLatency: // ib_atomic_lat's times are whole operations, not halved
 		s.Value = must("t_typical[usec]")
 		s.Avg = must("t_avg[usec]")
 		s.P99 = must("99% percentile[usec]")
@@ -434,7 +452,7 @@ func parsePerftest(out string, m Metric, size int) (*Sample, error) {
 		} else {
 			errs = append(errs, err)
 		}
-	case Rate:
+	case Rate, AtomicRate:
 		s.Value = must("MsgRate[Mpps]")
 	}
 	if err := errors.Join(errs...); err != nil {

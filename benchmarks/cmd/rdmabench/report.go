@@ -160,7 +160,7 @@ func (r *report) context() string {
 
 func fmtVal(m Metric, v float64) string {
 	switch {
-	case m == Rate:
+	case m == Rate || m == AtomicRate:
 		return fmt.Sprintf("%.4f", v)
 	case v >= 1000:
 		return fmt.Sprintf("%.0f", v)

@@ -144,12 +144,17 @@ type goal struct {
 	Target   float64 `json:"target"`
 }
 
-// defaultGoals are the library's latency goals: the 64 B ping-pongs within
-// 1.10x of the Go floor (the same verbs calls with no library logic).
+// defaultGoals are the library's goals: the 64 B ping-pongs within 1.10x of
+// the Go floor (the same verbs calls with no library logic), and the
+// atomics within 1.3x of ib_atomic_lat's time and at least 0.8x of
+// ib_atomic_bw's rate.
 var defaultGoals = []string{
 	"latency/64B/conn-pingpong/go-floor<=1.10",
 	"latency/64B/msg-pingpong/go-floor<=1.10",
 	"latency/64B/write-pingpong/go-floor<=1.10",
+	"atomic-lat/8B/cas-lat/ib_atomic_lat -A CMP_AND_SWAP<=1.3",
+	"atomic-lat/8B/faa-lat/ib_atomic_lat -A FETCH_AND_ADD<=1.3",
+	"atomic-rate/8B/faa-rate/ib_atomic_bw -A FETCH_AND_ADD>=0.8",
 }
 
 // defaultGRPCGoals are -grpc's: grpcrdma's unary call at least 8x faster

@@ -239,7 +239,8 @@ func (r *report) panel(b *svgBuf, mp metricPlan, top int) {
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`, plotL, plotT, plotL, plotB)
 	b.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`, plotL, plotB, plotR, plotB)
 	axis := map[Metric]string{Latency: "one-way latency (µs)", Bandwidth: "bandwidth (MB/s, 10^6 B)", Rate: "message rate (10^6 msg/s)",
-		GRPCUnary: "call round trip (µs)", GRPCCallers: "calls/s", GRPCStream: "MB/s (10^6 B)"}[m]
+		GRPCUnary: "call round trip (µs)", GRPCCallers: "calls/s", GRPCStream: "MB/s (10^6 B)",
+		AtomicLatency: "atomic round trip (µs)", AtomicRate: "atomics (10^6 ops/s)"}[m]
 	if sc.log {
 		axis += ", log scale"
 	}
