@@ -59,6 +59,11 @@ type Export struct {
 // (or the end of the connection) revokes it. Without windows the key is a
 // registration's, valid on every connection of the device: treat its
 // descriptor as a secret shared with one peer.
+//
+// RemoteAtomic lets the peer CompareAndSwap and FetchAdd the buffer's
+// 8-byte words (atomics.go); it needs a device with atomics on both sides
+// and a peer that announced them, else Export fails with an error
+// wrapping errors.ErrUnsupported.
 func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	if c.tcp != nil {
 		return nil, c.tcp.notRDMA("export")
@@ -268,7 +273,8 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 }
 
 // Completions delivers the ends of PostSend, PostWriteRemote,
-// PostWriteRemoteImm and PostReadRemote operations; it has room for every
+// PostWriteRemoteImm, PostReadRemote, PostCompareAndSwap and PostFetchAdd
+// operations (the atomics' old values in OpCompletion.Value); it has room for every
 // one that can be in flight. The poller's goroutine feeds it: a caller that
 // waits for the ends itself does better with RecvCompletion.
 func (c *Conn) Completions() <-chan OpCompletion {
@@ -278,8 +284,8 @@ func (c *Conn) Completions() <-chan OpCompletion {
 	return userChan(c, &c.oq)
 }
 
-// RecvCompletion waits for the end of the next PostSend, PostWriteRemote(Imm)
-// or PostReadRemote, in the order they end (bounded by ctx and the read
+// RecvCompletion waits for the end of the next PostSend, PostWriteRemote(Imm),
+// PostReadRemote or atomic's Post form, in the order they end (bounded by ctx and the read
 // deadline), polling for it meanwhile as Recv does: no hand-off from the
 // poller's goroutine, which Completions() needs. Ends not yet taken wait in
 // order; once Completions() was called they go to that channel, which this
