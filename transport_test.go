@@ -70,6 +70,28 @@ func TestConfigureTransitions(t *testing.T) {
 		init.AccessFlags != verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead {
 		t.Errorf("INIT: %+v %s", init, m)
 	}
+	// rdma_cm gives the passive side remote atomics whatever the devices
+	// have: INIT assigns the rights, with atomics only where negotiated,
+	// and RTR grants them to a dialer that learnt it late; the listener's
+	// depths land at RTR and RTS.
+	init = verbs.QPAttr{AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic}
+	(&endpoint{}).configure(verbs.StateInit, &init, verbs.AttrState)
+	if init.AccessFlags&verbs.AccessRemoteAtomic != 0 {
+		t.Errorf("INIT without negotiated atomics kept rdma_cm's REMOTE_ATOMIC: %s", init.AccessFlags)
+	}
+	e = &endpoint{remoteAtomic: true, rdAtomic: 3, destRdAtomic: 5}
+	rtr, rts = verbs.QPAttr{}, verbs.QPAttr{}
+	if m := e.configure(verbs.StateRTR, &rtr, verbs.AttrState); m&(verbs.AttrAccessFlags|verbs.AttrMaxDestRdAtomic) !=
+		verbs.AttrAccessFlags|verbs.AttrMaxDestRdAtomic || rtr.AccessFlags&verbs.AccessRemoteAtomic == 0 || rtr.MaxDestRdAtomic != 5 {
+		t.Errorf("RTR with atomics and responder resources 5: %+v %s", rtr, m)
+	}
+	if m := e.configure(verbs.StateRTS, &rts, verbs.AttrState); m&verbs.AttrMaxQPRdAtomic == 0 || rts.MaxRdAtomic != 3 {
+		t.Errorf("RTS with initiator depth 3: %+v %s", rts, m)
+	}
+	rtr = verbs.QPAttr{}
+	if m := (&endpoint{}).configure(verbs.StateRTR, &rtr, verbs.AttrState); m&(verbs.AttrAccessFlags|verbs.AttrMaxDestRdAtomic) != 0 {
+		t.Errorf("RTR of a dialer without atomics changed rdma_cm's rights or depth: %s", m)
+	}
 }
 
 func TestQPInfoOf(t *testing.T) {
