@@ -7,9 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 
-	"github.com/verbline/rdma/internal/poller"
+	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -148,44 +147,8 @@ func (c *Conn) atomic(ctx context.Context, op string, opcode uint32, remote Remo
 	if err := c.atomicResults(); err != nil {
 		return 0, c.opError(op, err)
 	}
-	var w poller.Waiter
-	defer w.End()
-	c.mu.Lock()
-	idx, err := c.takeOpSlotLocked(ctx, &w, async, false)
-	if err != nil {
-		c.mu.Unlock()
-		return 0, c.opError(op, err)
-	}
-	res := c.atomicRes
-	if err := res.Retain(); err != nil { // released with the connection while we waited for a slot
-		c.giveBackOpSlotLocked(idx)
-		c.mu.Unlock()
-		return 0, c.opError(op, net.ErrClosed)
-	}
-	s := &c.ops[idx]
-	s.async, s.atomic, s.id, s.local, s.name = async, true, id, res, op
-	force := !async || c.asyncForceLocked(len(c.opFree)%max(c.ep.maxOps/2, 1) == 0)
-	if err := c.postLocked(verbs.SendWR{Addr: res.Addr() + uint64(idx)*atomicWordSize, Len: atomicWordSize,
-		LKey: res.LKey(), Opcode: opcode, RemoteAddr: remote.Addr + offset, RKey: remote.RKey,
-		CompareAdd: compareAdd, Swap: swap}, wrOneSided, idx, force); err != nil {
-		b := c.giveBackOpSlotLocked(idx)
-		c.mu.Unlock()
-		b.Release()
-		return 0, c.opError(op, err)
-	}
-	if async {
-		c.asyncOut++
-	}
-	c.mu.Unlock()
-	if async {
-		return 0, nil
-	}
-	w.End() // the wait for a slot is over; the wait for the completion starts afresh
-	old, err := c.awaitOp(ctx, &w, s)
-	if err != nil {
-		return 0, c.opError(op, err)
-	}
-	return old, nil
+	return c.postOneSided(ctx, op, op, verbs.SendWR{Opcode: opcode, RemoteAddr: remote.Addr + offset, RKey: remote.RKey,
+		CompareAdd: compareAdd, Swap: swap}, buffer.Buf{}, async, id)
 }
 
 // atomicResults makes sure the connection has its atomics' result buffer:

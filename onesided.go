@@ -372,27 +372,49 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	if offset+n > uint64(remote.Len) || offset+n < offset {
 		return c.opError(op, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte export", ErrRemoteAccess, n, offset, remote.Len))
 	}
-	needCredit := opcode == verbs.OpRDMAWriteWithImm
+	_, err := c.postOneSided(ctx, op, oneSidedOpName(opcode), verbs.SendWR{Addr: local.Addr(), Len: uint32(n),
+		LKey: local.LKey(), Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, local, async, id)
+	return err
+}
+
+// postOneSided takes an operation slot (waiting as takeOpSlotLocked does),
+// posts wr on it with a reference to local, and for a blocking call waits
+// for the end; it returns an atomic's old value. An atomic (local unused)
+// takes the slot's 8 bytes of c.atomicRes as its local buffer. A write
+// with immediate spends a credit.
+func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendWR, local buffer.Buf,
+	async bool, id uint64) (uint64, error) {
+	needCredit := wr.Opcode == verbs.OpRDMAWriteWithImm
 	var w poller.Waiter
 	defer w.End()
 	c.mu.Lock()
 	idx, err := c.takeOpSlotLocked(ctx, &w, async, needCredit)
 	if err != nil {
 		c.mu.Unlock()
-		return c.opError(op, err)
+		return 0, c.opError(op, err)
+	}
+	atomic := wr.Opcode == verbs.OpAtomicCompareSwap || wr.Opcode == verbs.OpAtomicFetchAdd
+	if atomic {
+		local = c.atomicRes
+		if err := local.Retain(); err != nil { // released with the connection while we waited for a slot
+			c.giveBackOpSlotLocked(idx)
+			c.mu.Unlock()
+			return 0, c.opError(op, net.ErrClosed)
+		}
+		wr.Addr, wr.Len, wr.LKey = local.Addr()+uint64(idx)*atomicWordSize, atomicWordSize, local.LKey()
+	} else {
+		local.Retain()
 	}
 	s := &c.ops[idx]
-	local.Retain()
-	s.async, s.atomic, s.id, s.local, s.name = async, false, id, local, oneSidedOpName(opcode)
+	s.async, s.atomic, s.id, s.local, s.name = async, atomic, id, local, name
 	// A blocking call waits for its own completion; an asynchronous one's
 	// may come with a later request's (asyncForceLocked).
 	force := !async || c.asyncForceLocked(len(c.opFree)%max(c.ep.maxOps/2, 1) == 0)
-	if err := c.postLocked(verbs.SendWR{Addr: local.Addr(), Len: uint32(n), LKey: local.LKey(),
-		Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, wrOneSided, idx, force); err != nil {
+	if err := c.postLocked(wr, wrOneSided, idx, force); err != nil {
 		b := c.giveBackOpSlotLocked(idx)
 		c.mu.Unlock()
 		b.Release()
-		return c.opError(op, err)
+		return 0, c.opError(op, err)
 	}
 	if needCredit {
 		c.credits--
@@ -402,13 +424,14 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 	}
 	c.mu.Unlock()
 	if async {
-		return nil
+		return 0, nil
 	}
 	w.End() // the wait for a slot is over; the wait for the completion starts afresh
-	if _, err := c.awaitOp(ctx, &w, s); err != nil {
-		return c.opError(op, err)
+	old, err := c.awaitOp(ctx, &w, s)
+	if err != nil {
+		return 0, c.opError(op, err)
 	}
-	return nil
+	return old, nil
 }
 
 // takeOpSlotLocked waits (driving the CQ, bounded by ctx, the write
