@@ -419,6 +419,20 @@ func (c *Conn) disconnectLocked() {
 	c.id.Disconnect()
 }
 
+// answerDisconnectLocked answers the peer's disconnect request with a
+// disconnect reply, even when this side sent its own request first: when
+// both sides' requests cross, the CM cancels ours and waits for this reply
+// (IB_CM_DREQ_RCVD), and without it neither id reaches timewait, so
+// neither reports TIMEWAIT_EXIT and the QP cannot return to the pool. After
+// a reply to our own request the call does nothing (the id is in timewait).
+func (c *Conn) answerDisconnectLocked() {
+	if c.released || c.id == nil {
+		return
+	}
+	c.disconnected = true
+	c.id.Disconnect()
+}
+
 // eventLoop handles CM events after the connection is up, until ctx is
 // done or the channel closed: the peer's disconnect (a close, or its
 // process dying) ends the connection.
@@ -449,7 +463,7 @@ func (c *Conn) eventLoop(ctx context.Context) {
 			c.qpDownLocked()
 			c.broadcast() // werr may be new though the QP was down already (a flush came first)
 			if ev.Type == rdmacm.EventDisconnected {
-				c.disconnectLocked() // answer the peer's DREQ
+				c.answerDisconnectLocked()
 			}
 			c.mu.Unlock()
 		case rdmacm.EventTimewaitExit:
