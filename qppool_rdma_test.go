@@ -5,6 +5,8 @@ package rdma
 import (
 	"context"
 	"errors"
+	"io"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -39,6 +41,13 @@ func waitPool(t *testing.T, d *device, what string, cond func(qpPoolStats, int) 
 	}
 }
 
+// logCMIDs logs the kernel's rdma_cm ids and their states (rdma res show
+// cm_id): which side of a connection is stuck in which state.
+func logCMIDs(t *testing.T) {
+	out, err := exec.Command("rdma", "res", "show", "cm_id").CombinedOutput()
+	t.Logf("rdma res show cm_id (%v):\n%s", err, out)
+}
+
 // pooledNums is the QP numbers in d's pool.
 func pooledNums(d *device) map[uint32]bool {
 	d.qps.mu.Lock()
@@ -61,13 +70,16 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// dialEcho dials ln, checks one echo and returns the connection.
+// dialEcho dials ln, checks one echo and returns the connection. The
+// test's end closes it (Close is idempotent) before the echo server is
+// waited for, so a test that fails with a connection open does not hang.
 func dialEcho(t *testing.T, ln *Listener, i int) *Conn {
 	t.Helper()
 	c, err := Dial("rdma", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	if err := echo(c, i); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +176,13 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 		if b.ep.qp.Num == num && !closed(ep.twExit) {
 			t.Fatalf("QP 0x%x reused before its connection's TIMEWAIT_EXIT", num)
 		}
+		logAt := time.Now().Add(5 * time.Second) // before qpTimewaitMax gives up on it
 		for deadline := time.Now().Add(rdmatest.Scale(10 * time.Second)); !closed(ep.twExit); {
+			if !logAt.IsZero() && time.Now().After(logAt) {
+				t.Logf("QP 0x%x: no TIMEWAIT_EXIT 5 s after Close", num)
+				logCMIDs(t)
+				logAt = time.Time{}
+			}
 			if pooledNums(d)[num] && !closed(ep.twExit) {
 				t.Fatalf("QP 0x%x pooled before its connection's TIMEWAIT_EXIT", num)
 			}
@@ -189,6 +207,53 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 	if pooledNums(d)[num] {
 		t.Fatalf("QP 0x%x pooled without its TIMEWAIT_EXIT", num)
 	}
+}
+
+// TestQPPoolCrossedDisconnect: when both ends send their disconnect
+// requests at once, the CM cancels each side's request and waits for a
+// reply to the peer's; each side answers, so both ids reach timewait,
+// report TIMEWAIT_EXIT, and both QPs return to the pool.
+func TestQPPoolCrossedDisconnect(t *testing.T) {
+	client, server, ln := connPair(t, nil)
+	defer ln.Close()
+	for i := 0; i < 3; i++ { // traffic first: the QPs are in use
+		if _, err := client.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(server, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := client.dev
+	st0, _ := poolStats(d)
+	// Both requests leave before either arrives (a round trip in the
+	// emulated device is far longer than two calls).
+	client.mu.Lock()
+	server.mu.Lock()
+	client.disconnectLocked()
+	server.disconnectLocked()
+	server.mu.Unlock()
+	client.mu.Unlock()
+	cep, sep := client.ep, server.ep
+	client.Close()
+	server.Close()
+	deadline := time.After(rdmatest.Scale(10 * time.Second))
+	for _, w := range []struct {
+		side string
+		ep   *endpoint
+	}{{"client", cep}, {"server", sep}} {
+		select {
+		case <-w.ep.twExit:
+			if w.ep.twLost.Load() {
+				t.Errorf("%s: its id's events were lost", w.side)
+			}
+		case <-deadline:
+			logCMIDs(t)
+			t.Fatalf("%s: no TIMEWAIT_EXIT within 10 s (scaled) of crossed disconnect requests", w.side)
+		}
+	}
+	waitPool(t, d, "both QPs returned", func(st qpPoolStats, _ int) bool { return st.Returned >= st0.Returned+2 })
 }
 
 // TestQPPoolFailedConnReset: the QP of a connection that failed (its QP in

@@ -70,8 +70,13 @@ func echoServer(ln *Listener) *sync.WaitGroup {
 	return &wg
 }
 
-// echo writes a short message on c and reads it back.
+// echo writes a short message on c and reads it back, within 10 s
+// (scaled): a lost echo fails the test instead of hanging it.
 func echo(c *Conn, i int) error {
+	if err := c.SetDeadline(time.Now().Add(rdmatest.Scale(10 * time.Second))); err != nil {
+		return err
+	}
+	defer c.SetDeadline(time.Time{})
 	msg := []byte(fmt.Sprintf("hello %d", i))
 	if _, err := c.Write(msg); err != nil {
 		return err
