@@ -6,7 +6,8 @@
 #
 # Steps of make test that need no RDMA device and no Soft-RoCE set-up (only a C
 # compiler and the rdma-core headers, for the cgo packages):
-#   make vet    go vet, gofmt, staticcheck (pinned in go.mod), go mod tidy -diff;
+#   make vet    go vet, gofmt, staticcheck (pinned in go.mod), errchain (errors keep
+#               their chain: %w, never %v), go mod tidy -diff;
 #               builds without cgo and for darwin and windows, and their exported API;
 #               no build-history provenance in tracked files (scripts/check-provenance)
 #   make unit   host unit tests with -race (tests that need RDMA skip on the host),
@@ -66,6 +67,8 @@ vet: build-deps
 	@unformatted=$$("$$($(GO) env GOROOT)/bin/gofmt" -l .); \
 	if [ -n "$$unformatted" ]; then echo "FAIL: not gofmt'ed (run gofmt -w on them):"; echo "$$unformatted"; exit 1; fi
 	$(GO) tool staticcheck ./...
+	@# No error formatted into another without %w (internal/errchain).
+	$(GO) run ./internal/errchain/cmd/errchain ./...
 	@$(GO) mod tidy -diff || { echo "FAIL: go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@# The tree speaks only of the library: no session or issue-number provenance.
 	@scripts/check-provenance

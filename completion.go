@@ -169,7 +169,7 @@ func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32
 	}
 	kind, credits, err := wire.DecodeImm(imm)
 	if err != nil {
-		return 0, 0, rxFailed, fmt.Errorf("%w: %v", ErrProtocol, err)
+		return 0, 0, rxFailed, fmt.Errorf("%w: %w", ErrProtocol, err)
 	}
 	if int64(byteLen) > int64(v.room) {
 		// No device completes a receive with more than it posted.

@@ -452,7 +452,7 @@ func (c *Conn) eventLoop(ctx context.Context) {
 		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
 			c.mu.Lock()
 			if ev.Type == rdmacm.EventDeviceRemoval {
-				c.failLocked(&deviceFailed{"the connection's RDMA device was removed (rdma link delete, driver unload " +
+				c.failLocked(&deviceFailed{msg: "the connection's RDMA device was removed (rdma link delete, driver unload " +
 					"or a fatal device error): dial again once a device serves the address"})
 			}
 			if c.werr == nil {

@@ -59,7 +59,7 @@ func roundTrip(c *Conn, n int) error {
 	go c.Write(want)
 	got := make([]byte, n)
 	if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, want) {
-		return fmt.Errorf("%s stream echo of %d bytes: %v", c.LocalAddr().Network(), n, err)
+		return fmt.Errorf("%s stream echo of %d bytes: %w", c.LocalAddr().Network(), n, err)
 	}
 	b, err := c.Alloc(n)
 	if err != nil {
@@ -71,7 +71,7 @@ func roundTrip(c *Conn, n int) error {
 	}
 	m, err := c.Recv(context.Background())
 	if err != nil || !bytes.Equal(m.Bytes(), want) {
-		return fmt.Errorf("%s message echo of %d bytes: %v", c.LocalAddr().Network(), n, err)
+		return fmt.Errorf("%s message echo of %d bytes: %w", c.LocalAddr().Network(), n, err)
 	}
 	return m.Release()
 }

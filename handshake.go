@@ -59,7 +59,7 @@ type helloFunc func(*Conn) []byte
 func newChannel() (*rdmacm.Channel, error) {
 	ch, err := rdmacm.NewChannel()
 	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, addHint(fmt.Errorf("%w (%v)", ErrNoDevice, err))
+		return nil, addHint(fmt.Errorf("%w (%w)", ErrNoDevice, err))
 	}
 	return ch, err
 }

@@ -209,7 +209,7 @@ func TestErrorsHints(t *testing.T) {
 	}{
 		{"memlock", memlockError(fmt.Errorf("ibv_reg_mr: %w", syscall.ENOMEM), 4<<20), ErrMemlock, syscall.ENOMEM, "RLIMIT_MEMLOCK"},
 		{"memlock EPERM", memlockError(syscall.EPERM, 4<<20), ErrMemlock, syscall.EPERM, "LimitMEMLOCK=infinity"},
-		{"no device", addHint(fmt.Errorf("%w (%v)", ErrNoDevice, errors.New("rdma_cm unavailable"))), ErrNoDevice, nil, "verbline-doctor"},
+		{"no device", addHint(fmt.Errorf("%w (%w)", ErrNoDevice, errors.New("rdma_cm unavailable"))), ErrNoDevice, nil, "verbline-doctor"},
 		{"not an RDMA address", addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, syscall.ENODEV)), ErrNotRDMAAddress, syscall.ENODEV, "rdma link add"},
 		{"resolve", classifyResolve(fmt.Errorf("rdma_bind_addr: %w", syscall.EADDRNOTAVAIL)), ErrNotRDMAAddress, syscall.EADDRNOTAVAIL, "rdma link add"},
 		{"address event", eventError(rdmacm.Event{Type: rdmacm.EventAddrError, Status: -int(syscall.ENODEV)}, "resolving"), ErrNotRDMAAddress, syscall.ENODEV, "rdma link add"},
@@ -239,7 +239,7 @@ func TestErrorsHints(t *testing.T) {
 	// Errors without a fix on this machine are returned as they are: no
 	// hint, no wrapper (net's errors keep their identity).
 	for _, err := range []error{nil, os.ErrDeadlineExceeded, net.ErrClosed, syscall.ECONNREFUSED,
-		&deviceFailed{"RDMA device rxe0 reported a fatal error"}} {
+		&deviceFailed{msg: "RDMA device rxe0 reported a fatal error"}} {
 		if got := addHint(err); got != err {
 			t.Errorf("addHint(%v) = %v, want it unchanged", err, got)
 		}
@@ -298,5 +298,22 @@ func TestErrorsHintsLive(t *testing.T) {
 			t.Errorf("%s: the hint lists it as an RDMA address:\n%s", a, hint)
 		}
 		t.Logf("%s: %v", a, err)
+	}
+}
+
+// TestDeviceFailedChain: a device failure matches ErrNoDevice, says what
+// happened, and keeps the failure that showed it in its chain.
+func TestDeviceFailedChain(t *testing.T) {
+	cause := syscall.EIO
+	err := error(&deviceFailed{msg: "reading the RDMA device's async events failed", cause: cause})
+	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.EIO) || errors.Unwrap(err) != cause {
+		t.Errorf("%v: matches ErrNoDevice %v, EIO %v; unwraps to %v", err,
+			errors.Is(err, ErrNoDevice), errors.Is(err, syscall.EIO), errors.Unwrap(err))
+	}
+	if want := "reading the RDMA device's async events failed: " + cause.Error(); err.Error() != want {
+		t.Errorf("text %q, want %q", err, want)
+	}
+	if plain := (&deviceFailed{msg: "removed"}); plain.Error() != "removed" || plain.Unwrap() != nil {
+		t.Errorf("without a cause: %q, unwraps to %v", plain, plain.Unwrap())
 	}
 }

@@ -132,7 +132,7 @@ func (l *Listener) loop() {
 			return
 		}
 		if ev.Type == rdmacm.EventDeviceRemoval {
-			l.fail(&deviceFailed{fmt.Sprintf("the RDMA device under %v was removed (rdma link delete, driver unload or a fatal device error): listen again once it is back", l.addr)})
+			l.fail(&deviceFailed{msg: fmt.Sprintf("the RDMA device under %v was removed (rdma link delete, driver unload or a fatal device error): listen again once it is back", l.addr)})
 			continue
 		}
 		if ev.Type != rdmacm.EventConnectRequest {

@@ -526,7 +526,7 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 		err = wc.ErrOp(s.name)
 		switch wc.Status {
 		case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
-			err = fmt.Errorf("%w: %v", ErrRemoteAccess, err)
+			err = fmt.Errorf("%w: %w", ErrRemoteAccess, err)
 		case verbs.WCWRFlushErr:
 			err = fmt.Errorf("connection failed before the operation ran: %w", err)
 		}

@@ -192,7 +192,7 @@ var forceReplyBySIDR bool
 func newUDChannel() (*rdmacm.UDChannel, error) {
 	ch, err := rdmacm.NewUDChannel()
 	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, addHint(fmt.Errorf("%w (%v)", ErrNoDevice, err))
+		return nil, addHint(fmt.Errorf("%w (%w)", ErrNoDevice, err))
 	}
 	return ch, err
 }
@@ -256,7 +256,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 func (p *PacketConn) setupQP(cfg *Config) error {
 	ctx, err := p.id.Context()
 	if err != nil {
-		return addHint(fmt.Errorf("%w: %v", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
+		return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
 	}
 	port, err := ctx.QueryPort(p.id.PortNum())
 	if err != nil {
@@ -1181,7 +1181,7 @@ func udEventError(ev rdmacm.UDEvent, to netip.AddrPort) error {
 	switch ev.Type {
 	case rdmacm.EventAddrError:
 		if ev.Status == -int(syscall.ENODEV) || ev.Status == -int(syscall.EADDRNOTAVAIL) {
-			return fmt.Errorf("%w: %v", ErrNotRDMAAddress, syscall.Errno(-ev.Status))
+			return fmt.Errorf("%w: %w", ErrNotRDMAAddress, syscall.Errno(-ev.Status))
 		}
 		return fmt.Errorf("resolving address %s: %w", to.Addr(), syscall.Errno(-ev.Status))
 	case rdmacm.EventRouteError:

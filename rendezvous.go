@@ -289,7 +289,7 @@ func (c *Conn) rendezvousDoneLocked(id uint32) {
 func (c *Conn) rendezvousInLocked(idx, n int) {
 	d, err := wire.ParseRendezvous(c.ep.recv[idx].Full()[:n])
 	if err != nil {
-		c.failLocked(fmt.Errorf("%w: %v", ErrProtocol, err))
+		c.failLocked(fmt.Errorf("%w: %w", ErrProtocol, err))
 		return
 	}
 	if limit := c.maxRecvMessage(); int(d.Region.Len) > limit {
@@ -453,7 +453,7 @@ func (c *Conn) readDoneLocked(idx int, wc *verbs.WC) {
 	case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
 		// The peer's NIC refused: its announcement named memory it had not
 		// lent us. The RC error has taken the QP down.
-		c.failLocked(fmt.Errorf("%w: reading a %d-byte message the peer announced: %v",
+		c.failLocked(fmt.Errorf("%w: reading a %d-byte message the peer announced: %w",
 			ErrRemoteAccess, c.rvIn[idx].desc.Region.Len, wcErr(wc)))
 		return
 	default:

@@ -192,7 +192,7 @@ func exchange(ctx context.Context, cc *grpc.ClientConn, msgs [][]byte) error {
 	}
 	var extra []byte
 	if err := s.RecvMsg(&extra); err != io.EOF {
-		return fmt.Errorf("after %d echoes: %v, want end of stream", len(msgs), err)
+		return fmt.Errorf("after %d echoes: %w, want end of stream", len(msgs), err)
 	}
 	if err := <-sent; err != nil {
 		return err

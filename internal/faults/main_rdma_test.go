@@ -112,7 +112,7 @@ var peerRoles = map[string]func(ctx context.Context, addr string) (any, error){
 			}
 			got, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil || got != msg {
-				return nil, fmt.Errorf("echo: got %q, %v; want %q", got, err, msg)
+				return nil, fmt.Errorf("echo: got %q, %w; want %q", got, err, msg)
 			}
 			return got, nil
 		})

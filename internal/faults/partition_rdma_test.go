@@ -170,7 +170,7 @@ func isTimedOut(err error) error {
 	var oe *net.OpError
 	if !errors.As(err, &oe) || !errors.Is(err, syscall.ETIMEDOUT) || !oe.Timeout() ||
 		!strings.Contains(err.Error(), "connection timed out") {
-		return fmt.Errorf("got %v (%T), want a *net.OpError wrapping ETIMEDOUT, \"connection timed out\"", err, err)
+		return fmt.Errorf("got %w (%T), want a *net.OpError wrapping ETIMEDOUT, \"connection timed out\"", err, err)
 	}
 	return nil
 }

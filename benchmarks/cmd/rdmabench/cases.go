@@ -231,7 +231,7 @@ func streamCopy(s *Side) (*Sample, error) {
 	}
 	sink := &countSink{total: int64(s.Size) * int64(s.Iters)}
 	if _, err := io.Copy(sink, s.Conn); !errors.Is(err, errAllCounted) {
-		return nil, fmt.Errorf("io.Copy after %d of %d bytes: %v", sink.got, sink.total, err)
+		return nil, fmt.Errorf("io.Copy after %d of %d bytes: %w", sink.got, sink.total, err)
 	}
 	el := time.Since(sink.start)
 	if counted := sink.got - sink.first; counted == 0 || el <= 0 {

@@ -261,7 +261,7 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 	defer srv.kill()
 	addr, err := srv.waitFor("ready ", h.readyTimeout)
 	if err != nil {
-		return nil, childErr(fmt.Errorf("server: %v", err), srv)
+		return nil, childErr(fmt.Errorf("server: %w", err), srv)
 	}
 	h.vlogf(t0, "server ready on %s", addr)
 	cli, err := startProc(ctx, h.timeout, h.clientCPU, append([]string{h.self, "-client", addr}, a.flags(h)...)...)
@@ -287,14 +287,14 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 			if js, ok := strings.CutPrefix(l, "result "); ok && sample == nil {
 				var s Sample
 				if err := json.Unmarshal([]byte(js), &s); err != nil {
-					return nil, childErr(fmt.Errorf("bad result line %q: %v", l, err), p)
+					return nil, childErr(fmt.Errorf("bad result line %q: %w", l, err), p)
 				}
 				sample = &s
 			}
 			if js, ok := strings.CutPrefix(l, "counters "); ok {
 				var m map[string]float64
 				if err := json.Unmarshal([]byte(js), &m); err != nil {
-					return nil, childErr(fmt.Errorf("bad counters line %q: %v", l, err), p)
+					return nil, childErr(fmt.Errorf("bad counters line %q: %w", l, err), p)
 				}
 				side := [...]string{"server.", "client."}[i]
 				for k, v := range m {

@@ -73,7 +73,7 @@ func readReport(path string) (*jsonReport, error) {
 	}
 	var r jsonReport
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %v (a JSON written by rdmabench -json?)", path, err)
+		return nil, fmt.Errorf("%s: %w (a JSON written by rdmabench -json?)", path, err)
 	}
 	return &r, nil
 }

@@ -259,7 +259,7 @@ func (h *harness) perftestOnce(ctx context.Context, t perftestTool, size, iters 
 		return s2, false, nil
 	}
 	timedOut := cli.err != nil && strings.Contains(cli.err.Error(), "timeout")
-	return nil, !timedOut && ctx.Err() == nil, childErr(fmt.Errorf("%s: client: %v (%s); server: %v (%s)",
+	return nil, !timedOut && ctx.Err() == nil, childErr(fmt.Errorf("%s: client: %w (%s); server: %w (%s)",
 		t.Cmd, err, status(cli, cli.err), err2, status(srv, serr)), cli, srv)
 }
 
@@ -285,7 +285,7 @@ func waitListening(ctx context.Context, srv *proc, port int, d time.Duration) er
 		case <-time.After(time.Second):
 			return nil
 		case <-srv.done:
-			return fmt.Errorf("exited: %v", srv.err)
+			return fmt.Errorf("exited: %w", srv.err)
 		}
 	}
 	deadline := time.Now().Add(d)
@@ -297,7 +297,7 @@ func waitListening(ctx context.Context, srv *proc, port int, d time.Duration) er
 			return nil
 		}
 		if srv.exited() {
-			return fmt.Errorf("exited (%v) before listening", srv.err)
+			return fmt.Errorf("exited (%w) before listening", srv.err)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("not listening on port %d after %v", port, d)
@@ -345,7 +345,7 @@ func waitTCPListening(ctx context.Context, srv *proc, port int, d time.Duration)
 			}
 		}
 		if srv.exited() {
-			return fmt.Errorf("exited (%v) before listening", srv.err)
+			return fmt.Errorf("exited (%w) before listening", srv.err)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("no TCP listener on port %d after %v", port, d)
@@ -360,7 +360,7 @@ func waitTCPListening(ctx context.Context, srv *proc, port int, d time.Duration)
 func udGIDIndex(addr string) (int, error) {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
-		return 0, fmt.Errorf("RDMA address %q: %v", addr, err)
+		return 0, fmt.Errorf("RDMA address %q: %w", addr, err)
 	}
 	gid := ip.As16()
 	paths, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/gids/*")
@@ -482,7 +482,7 @@ func perftestRow(out string, size int) ([]string, []float64, error) {
 			for j, x := range rf {
 				v, err := strconv.ParseFloat(x, 64)
 				if err != nil {
-					return nil, nil, fmt.Errorf("perftest row %q: %v", r, err)
+					return nil, nil, fmt.Errorf("perftest row %q: %w", r, err)
 				}
 				vals[j] = v
 			}

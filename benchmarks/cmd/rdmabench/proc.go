@@ -49,7 +49,7 @@ func startProc(ctx context.Context, timeout time.Duration, cpu int, argv ...stri
 	go func() {
 		err := cmd.Wait()
 		if ctx.Err() == context.DeadlineExceeded {
-			err = fmt.Errorf("killed after the %v timeout (%v)", timeout, err)
+			err = fmt.Errorf("killed after the %v timeout (%w)", timeout, err)
 		}
 		p.err = err
 		cancel()
@@ -102,7 +102,7 @@ func (p *proc) waitFor(prefix string, d time.Duration) (string, error) {
 					return rest, nil
 				}
 			}
-			return "", fmt.Errorf("exited (%v) before printing %q", p.err, prefix)
+			return "", fmt.Errorf("exited (%w) before printing %q", p.err, prefix)
 		case <-deadline:
 			return "", fmt.Errorf("did not print %q within %v", prefix, d)
 		}

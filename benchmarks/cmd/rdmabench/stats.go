@@ -205,7 +205,7 @@ func parseGoal(spec string) (goal, error) {
 		return g, fmt.Errorf("goal %q: unknown metric %q (latency, bandwidth, rate, grpc-unary, grpc-callers, grpc-stream)", spec, parts[0])
 	}
 	if g.Size, err = parseSize(parts[1]); err != nil {
-		return g, fmt.Errorf("goal %q: %v", spec, err)
+		return g, fmt.Errorf("goal %q: %w", spec, err)
 	}
 	g.Case, g.Baseline = parts[2], strings.TrimSuffix(parts[3], " -R")
 	if g.Case == "" || g.Baseline == "" {

@@ -303,7 +303,7 @@ func (h *harness) startServerSide(ctx context.Context, st ctlStart) (srv *proc, 
 		}
 		addr, err := srv.waitFor("ready ", h.readyTimeout)
 		if err != nil {
-			return srv, "", 0, fmt.Errorf("server: %v", err)
+			return srv, "", 0, fmt.Errorf("server: %w", err)
 		}
 		return srv, addr, 30 * time.Second, nil
 	case "perftest":
@@ -488,14 +488,14 @@ func parseChildOutputs(server, client string) (*Sample, error) {
 			if js, ok := strings.CutPrefix(l, "result "); ok && sample == nil {
 				var s Sample
 				if err := json.Unmarshal([]byte(js), &s); err != nil {
-					return nil, fmt.Errorf("bad result line %q: %v", l, err)
+					return nil, fmt.Errorf("bad result line %q: %w", l, err)
 				}
 				sample = &s
 			}
 			if js, ok := strings.CutPrefix(l, "counters "); ok {
 				var m map[string]float64
 				if err := json.Unmarshal([]byte(js), &m); err != nil {
-					return nil, fmt.Errorf("bad counters line %q: %v", l, err)
+					return nil, fmt.Errorf("bad counters line %q: %w", l, err)
 				}
 				side := [...]string{"server.", "client."}[i]
 				for k, v := range m {
@@ -581,7 +581,7 @@ func (h *harness) perftestRemoteOnce(ctx context.Context, t perftestTool, size, 
 		h.logf("  note: %s client's report unusable (%s); using the server's", t.Cmd, firstLine(status(cli, err)))
 		return s2, nil
 	}
-	return nil, remoteErr(fmt.Errorf("%s: client: %v (%s); server: %v", t.Cmd, err, status(cli, cli.err), err2), d, cli)
+	return nil, remoteErr(fmt.Errorf("%s: client: %w (%s); server: %w", t.Cmd, err, status(cli, cli.err), err2), d, cli)
 }
 
 // hostname for the report's context line.

@@ -60,7 +60,7 @@ func (c *Client) WaitReady(ctx context.Context) (map[string]string, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("agent %s did not answer: %w (last: %v)", c.Addr, ctx.Err(), err)
+			return nil, fmt.Errorf("agent %s did not answer: %w (last: %w)", c.Addr, ctx.Err(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

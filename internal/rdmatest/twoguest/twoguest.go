@@ -242,7 +242,7 @@ func (e *Env) LocalNetem(ctx context.Context, args ...string) error {
 	if cmd == nil {
 		out, err := exec.CommandContext(ctx, "tc", "qdisc", "show", "dev", e.Netdev).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("tc qdisc show dev %s: %v: %s", e.Netdev, err, out)
+			return fmt.Errorf("tc qdisc show dev %s: %w: %s", e.Netdev, err, out)
 		}
 		if !strings.Contains(string(out), "netem") {
 			return nil
@@ -250,7 +250,7 @@ func (e *Env) LocalNetem(ctx context.Context, args ...string) error {
 		cmd = []string{"tc", "qdisc", "del", "dev", e.Netdev, "root"}
 	}
 	if out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %v: %s", strings.Join(cmd, " "), err, out)
+		return fmt.Errorf("%s: %w: %s", strings.Join(cmd, " "), err, out)
 	}
 	return nil
 }
@@ -337,7 +337,7 @@ func ParseCounters(out string) (Counters, error) {
 	for i += 2; i+1 < len(f); i += 2 {
 		v, err := strconv.ParseUint(f[i+1], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("rdma statistic: counter %s: %v", f[i], err)
+			return nil, fmt.Errorf("rdma statistic: counter %s: %w", f[i], err)
 		}
 		c[f[i]] = v
 	}
@@ -375,7 +375,7 @@ func (c Counters) Retransmissions() uint64 { return c["completer_retry_err"] }
 func (e *Env) LocalCounters(ctx context.Context) (Counters, error) {
 	out, err := exec.CommandContext(ctx, "rdma", "statistic", "show", "link", e.Device+"/1").CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("rdma statistic show link %s/1: %v: %s", e.Device, err, out)
+		return nil, fmt.Errorf("rdma statistic show link %s/1: %w: %s", e.Device, err, out)
 	}
 	return ParseCounters(string(out))
 }
@@ -402,7 +402,7 @@ func ParseResources(out, device string) (map[string]int, error) {
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.Atoi(f[i+1])
 			if err != nil {
-				return nil, fmt.Errorf("rdma resource show: %s %q: %v", f[i], f[i+1], err)
+				return nil, fmt.Errorf("rdma resource show: %s %q: %w", f[i], f[i+1], err)
 			}
 			res[f[i]] = v
 		}
@@ -415,7 +415,7 @@ func ParseResources(out, device string) (map[string]int, error) {
 func (e *Env) LocalResources(ctx context.Context) (map[string]int, error) {
 	out, err := exec.CommandContext(ctx, "rdma", "resource", "show").CombinedOutput()
 	if err != nil {
-		return nil, fmt.Errorf("rdma resource show: %v: %s", err, out)
+		return nil, fmt.Errorf("rdma resource show: %w: %s", err, out)
 	}
 	return ParseResources(string(out), e.Device)
 }
