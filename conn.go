@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,8 +71,7 @@ type Conn struct {
 	released        bool           // the endpoint is gone: completions are ignored
 	disconnected    bool           // a disconnect request went to the peer (disconnectLocked)
 	ringFreed       bool           // the receive ring went back to the pool (after release)
-	wake            chan struct{}  // closed and replaced on a state change when wakers > 0
-	wakers          int            // goroutines waiting on wake
+	wake            wakeup         // the parked waiters but Read's and Write's
 	recvWRs         []verbs.RecvWR // scratch for reposting
 	// recvReady are receives taken back whose credits are counted (in
 	// pending) but whose post waits for this side's next send, to go in
@@ -92,7 +90,6 @@ type Conn struct {
 func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	c := &Conn{
 		cfg: *cfg, ch: ch, id: id,
-		wake:       make(chan struct{}),
 		rdSig:      make(chan struct{}, 1),
 		wrSig:      make(chan struct{}, 1),
 		closing:    make(chan struct{}),
@@ -190,17 +187,7 @@ func (c *Conn) broadcast() {
 	case c.wrSig <- struct{}{}:
 	default:
 	}
-	if c.wakers > 0 {
-		close(c.wake)
-		c.wake = make(chan struct{})
-		c.wakers = 0
-	}
-}
-
-// wakeChan returns a channel closed at the next state change. Called with c.mu held.
-func (c *Conn) wakeChan() chan struct{} {
-	c.wakers++
-	return c.wake
+	c.wake.broadcast()
 }
 
 // Close closes the connection: blocked Reads and Writes return net.ErrClosed,
@@ -275,17 +262,6 @@ func (c *Conn) undeliveredLocked(finErr error) error {
 	}
 	return nil
 }
-
-// closeTimeout is Close's (or CloseWrite's) error when Config.CloseTimeout
-// ran out before what was written reached the peer. It is a timeout, and
-// matches os.ErrDeadlineExceeded.
-type closeTimeout struct{ what string }
-
-func (e *closeTimeout) Error() string {
-	return "timed out after Config.CloseTimeout: " + e.what + " (it stopped reading; the connection was torn down anyway)"
-}
-func (e *closeTimeout) Timeout() bool        { return true }
-func (e *closeTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }
 
 // release detaches from the poller and destroys every object in reverse order.
 func (c *Conn) release() error {

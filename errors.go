@@ -1,6 +1,9 @@
 package rdma
 
-import "errors"
+import (
+	"errors"
+	"os"
+)
 
 // The sentinels callers test with errors.Is. Errors from a Conn arrive
 // wrapped in a *net.OpError; the sentinel says what happened, the wrapped
@@ -54,3 +57,14 @@ var ErrRemoteAccess = errors.New("remote access refused (outside the exported ra
 // errInvalidWrite is WriteTo's answer (io.Copy's too) to an io.Writer that
 // reports more bytes written than it was given, or fewer than none.
 var errInvalidWrite = errors.New("invalid write result")
+
+// closeTimeout is Close's (or CloseWrite's) error when Config.CloseTimeout
+// ran out before what was written reached the peer, on either transport.
+// It is a timeout, and matches os.ErrDeadlineExceeded.
+type closeTimeout struct{ what string }
+
+func (e *closeTimeout) Error() string {
+	return "timed out after Config.CloseTimeout: " + e.what + " (the peer stopped reading; the connection was closed anyway)"
+}
+func (e *closeTimeout) Timeout() bool        { return true }
+func (e *closeTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }

@@ -234,23 +234,14 @@ type fallbackListener struct {
 // listenFallback is ListenConfig.Listen with lc.Fallback set.
 func (lc *ListenConfig) listenFallback(ctx context.Context, network, address string) (*Listener, error) {
 	cfg := lc.Config.withDefaults()
-	opErr := func(err error) error {
-		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
-	}
-	if err := checkNetwork(network); err != nil {
-		return nil, opErr(err)
-	}
-	if err := lc.Config.check(); err != nil {
-		return nil, opErr(err)
+	ap, err := lc.listenAddr(ctx, network, address)
+	if err != nil {
+		return nil, err
 	}
 	// The listener is a fallback user from now: the first one's
 	// PoolMaxBytes caps the process's fallback pool (tcpPool).
 	if _, err := fallbackPoolFor(cfg.PoolMaxBytes); err != nil {
-		return nil, opErr(err)
-	}
-	ap, err := resolve(ctx, network, address, true)
-	if err != nil {
-		return nil, opErr(err)
+		return nil, &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
 	}
 	rlc := *lc
 	rlc.Fallback = nil
@@ -291,7 +282,8 @@ func (lc *ListenConfig) listenFallback(ctx context.Context, network, address str
 		}
 		return lc.newFallbackListener(&cfg, rl, noRDMA, tl.(*net.TCPListener)), nil
 	}
-	return nil, opErr(fmt.Errorf("no port free for both rdma_cm and TCP after %d tries: %w", tries, sockErr(lastErr)))
+	return nil, &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address),
+		Err: fmt.Errorf("no port free for both rdma_cm and TCP after %d tries: %w", tries, sockErr(lastErr))}
 }
 
 func (lc *ListenConfig) newFallbackListener(cfg *Config, rl *Listener, noRDMA error, tl *net.TCPListener) *Listener {

@@ -322,7 +322,7 @@ func receive[T any](c *Conn, ctx context.Context, q *lendQueue[T], op string) (T
 	defer w.End()
 	var zero T
 again:
-	var wake chan struct{}
+	var wake <-chan struct{}
 	for {
 		c.mu.Lock()
 		if v, ok := q.pop(); ok {
@@ -345,7 +345,7 @@ again:
 		if !viaChan && w.Started() && !w.Spinning() {
 			// About to park: the wake channel is taken in the critical
 			// section that found the ring empty, so no delivery is missed.
-			wake = c.wakeChan()
+			wake = c.wake.wait()
 		}
 		c.mu.Unlock()
 		if viaChan {

@@ -46,20 +46,9 @@ func (lc *ListenConfig) ListenPacket(ctx context.Context, network, address strin
 		cfg.RecvBuffers = defaultPacketRecvBuffers
 	}
 	cfg = cfg.withDefaults()
-	opErr := func(err error) error {
-		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
-	}
-	if err := checkNetwork(network); err != nil {
-		return nil, opErr(err)
-	}
-	// As Listen: a device's first user fixes its shared settings (QPPool,
-	// DeviceLinger, the pollers), so they are checked here too.
-	if err := lc.Config.check(); err != nil {
-		return nil, opErr(err)
-	}
-	ap, err := resolve(ctx, network, address, true)
+	ap, err := lc.listenAddr(ctx, network, address)
 	if err != nil {
-		return nil, opErr(err)
+		return nil, err
 	}
 	p, err := listenPacket(&cfg, ap)
 	if err != nil {

@@ -112,8 +112,7 @@ type PacketConn struct {
 	peers      *peerCache[*udPeer]
 	resolving  map[netip.AddrPort]*udResolution
 	resolvers  map[*rdmacm.ID]chan rdmacm.UDEvent
-	wake       chan struct{} // closed and replaced on a state change when wakers > 0
-	wakers     int
+	wake       wakeup       // the parked waiters
 	toRelease  []buffer.Buf // released after mu is dropped
 }
 
@@ -214,7 +213,6 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		wrDeadline:   makeDeadline(),
 		resolving:    make(map[netip.AddrPort]*udResolution),
 		resolvers:    make(map[*rdmacm.ID]chan rdmacm.UDEvent),
-		wake:         make(chan struct{}),
 		sendWRs:      make([]verbs.UDSendWR, 1),
 		replyBySIDR:  forceReplyBySIDR,
 		maxPeers:     udMaxPeers,
@@ -503,14 +501,7 @@ func (p *PacketConn) received(op string, d Datagram, ok bool) (Datagram, error) 
 
 // spinWait drives the CQ for a waiting caller (see Conn.spinWait).
 func (p *PacketConn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
-	if !w.Started() {
-		var budget time.Duration
-		if p.cfg.PollMode != PollEvent {
-			budget = est.Budget(p.cfg.PollSpin)
-		}
-		w.Start(p.poller, est, budget)
-	}
-	return w.Spin()
+	return spinOnce(w, p.poller, est, &p.cfg)
 }
 
 // WriteTo sends b as one datagram to addr (an *Addr, a *net.UDPAddr, or
@@ -676,37 +667,13 @@ func (p *PacketConn) waitLocked(ctx context.Context, d *deadline, w *poller.Wait
 		p.mu.Lock()
 		return nil
 	}
-	wake := p.wakeChan()
+	wake := p.wake.wait()
 	p.mu.Unlock()
 	defer p.mu.Lock()
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
-	select {
-	case <-wake:
-		return nil
-	case <-d.wait():
-		return os.ErrDeadlineExceeded
-	case <-p.closing:
-		return net.ErrClosed
-	case <-done:
-		return ctx.Err()
-	}
+	return park(ctx, wake, d, p.closing)
 }
 
-func (p *PacketConn) broadcast() {
-	if p.wakers > 0 {
-		close(p.wake)
-		p.wake = make(chan struct{})
-		p.wakers = 0
-	}
-}
-
-func (p *PacketConn) wakeChan() chan struct{} {
-	p.wakers++
-	return p.wake
-}
+func (p *PacketConn) broadcast() { p.wake.broadcast() }
 
 // handleCompletions applies a batch of completions. The device's poller
 // (or a waiting caller driving the CQ) calls it; it never blocks: Messages

@@ -704,22 +704,32 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 		return lc.listenFallback(ctx, network, address)
 	}
 	cfg := lc.Config.withDefaults()
-	opErr := func(err error) error {
-		return &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
-	}
-	if err := checkNetwork(network); err != nil {
-		return nil, opErr(err)
-	}
-	if err := lc.Config.check(); err != nil {
-		return nil, opErr(err)
-	}
-	ap, err := resolve(ctx, network, address, true)
+	ap, err := lc.listenAddr(ctx, network, address)
 	if err != nil {
-		return nil, opErr(err)
+		return nil, err
 	}
 	l, err := listen(&cfg, ap, lc.Admit)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: &Addr{ap}, Err: err}
 	}
 	return l, nil
+}
+
+// listenAddr is the first step of every Listen (stream, fallback and
+// packet): it checks the network and lc.Config (a device's first user
+// fixes its shared settings, so a listener's are checked as a dialer's
+// are) and resolves address. Its errors are Listen's *net.OpError.
+func (lc *ListenConfig) listenAddr(ctx context.Context, network, address string) (netip.AddrPort, error) {
+	err := checkNetwork(network)
+	if err == nil {
+		err = lc.Config.check()
+	}
+	var ap netip.AddrPort
+	if err == nil {
+		ap, err = resolve(ctx, network, address, true)
+	}
+	if err != nil {
+		return ap, &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address), Err: err}
+	}
+	return ap, nil
 }

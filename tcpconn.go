@@ -657,23 +657,12 @@ func (t *tcpConn) closeWrite() error {
 		t.finSent = false // not sent: a later CloseWrite tries again
 		t.wmu.Unlock()
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = &fallbackCloseTimeout{"the send queue stayed full, so the end-of-stream mark could not be queued"}
+			err = &closeTimeout{"the send queue stayed full, so the end-of-stream mark could not be queued"}
 		}
 		return t.opError("close", err)
 	}
 	return nil
 }
-
-// fallbackCloseTimeout is Close's (or CloseWrite's) error when
-// Config.CloseTimeout ran out before what was written reached TCP. It is a
-// timeout, and matches os.ErrDeadlineExceeded.
-type fallbackCloseTimeout struct{ what string }
-
-func (e *fallbackCloseTimeout) Error() string {
-	return "timed out after Config.CloseTimeout: " + e.what + " (the peer stopped reading; the connection was closed anyway)"
-}
-func (e *fallbackCloseTimeout) Timeout() bool        { return true }
-func (e *fallbackCloseTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }
 
 func (t *tcpConn) close() error {
 	t.closeOnce.Do(func() { t.closeErr = t.shutdown() })
@@ -705,7 +694,7 @@ func (t *tcpConn) shutdown() error {
 	if t.writeFailed() {
 		var ne net.Error
 		if errors.As(t.werr, &ne) && ne.Timeout() {
-			err = &fallbackCloseTimeout{"data written before Close was not taken by the peer"}
+			err = &closeTimeout{"data written before Close was not taken by the peer"}
 		}
 	} else {
 		// The end of stream follows the frames written (a second shutdown
@@ -751,7 +740,7 @@ func (t *tcpConn) waitAcked(deadline time.Time) error {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return &fallbackCloseTimeout{"data written before Close was not acknowledged by the peer"}
+			return &closeTimeout{"data written before Close was not acknowledged by the peer"}
 		}
 		time.Sleep(min(wait, left))
 		wait = min(2*wait, 10*time.Millisecond)

@@ -26,14 +26,69 @@ import (
 // which dispatches it).
 func (c *Conn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	c.postReady() // receives taken back are posted before this side waits (an atomic load when none)
+	return spinOnce(w, c.ep.poller, est, &c.cfg)
+}
+
+// spinOnce is one step of a wait on pl's CQ (Conn's and PacketConn's
+// spinWait): it starts w on first use, with a spin budget learnt by est
+// unless cfg's PollMode is PollEvent, and spins once.
+func spinOnce(w *poller.Waiter, pl *poller.Poller, est *poller.SpinBudget, cfg *Config) bool {
 	if !w.Started() {
 		var budget time.Duration
-		if c.cfg.PollMode != PollEvent {
-			budget = est.Budget(c.cfg.PollSpin)
+		if cfg.PollMode != PollEvent {
+			budget = est.Budget(cfg.PollSpin)
 		}
-		w.Start(c.ep.poller, est, budget)
+		w.Start(pl, est, budget)
 	}
 	return w.Spin()
+}
+
+// wakeup is a broadcast wake-up for the waiters that park (Conn's and
+// PacketConn's): a waiter takes its channel under its owner's lock, in
+// the critical section that found its condition false, and the owner's
+// next state change closes it. A new channel is made only when someone
+// waited on the last, so a change with no waiter costs nothing.
+type wakeup struct {
+	ch      chan struct{}
+	waiters int
+}
+
+// wait returns the channel the next broadcast closes. Called under the
+// owner's lock.
+func (w *wakeup) wait() <-chan struct{} {
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	w.waiters++
+	return w.ch
+}
+
+// broadcast wakes every waiter. Called under the owner's lock.
+func (w *wakeup) broadcast() {
+	if w.waiters > 0 {
+		close(w.ch)
+		w.ch = nil
+		w.waiters = 0
+	}
+}
+
+// park sleeps until wake is closed (nil), d passes (os.ErrDeadlineExceeded),
+// closing is closed (net.ErrClosed) or ctx, which may be nil, ends.
+func park(ctx context.Context, wake <-chan struct{}, d *deadline, closing <-chan struct{}) error {
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
+	}
+	select {
+	case <-wake:
+		return nil
+	case <-d.wait():
+		return os.ErrDeadlineExceeded
+	case <-closing:
+		return net.ErrClosed
+	case <-done:
+		return ctx.Err()
+	}
 }
 
 // closeWaitLocked waits, driving the CQ, for the connection's state to
@@ -50,7 +105,7 @@ func (c *Conn) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
 		c.mu.Lock()
 		return true
 	}
-	wake := c.wakeChan()
+	wake := c.wake.wait()
 	c.mu.Unlock()
 	t := time.NewTimer(time.Until(until))
 	select {
@@ -79,21 +134,8 @@ func (c *Conn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) er
 	}
 	// Parked: the wake channel is taken in the critical section that
 	// checked the condition, so no change after that check is missed.
-	wake := c.wakeChan()
+	wake := c.wake.wait()
 	c.mu.Unlock()
 	defer c.mu.Lock()
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
-	select {
-	case <-wake:
-		return nil
-	case <-d.wait():
-		return os.ErrDeadlineExceeded
-	case <-c.closing:
-		return net.ErrClosed
-	case <-done:
-		return ctx.Err()
-	}
+	return park(ctx, wake, d, c.closing)
 }

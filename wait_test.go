@@ -1,0 +1,65 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestWakeup: a broadcast closes the channel every waiter took, and only
+// that one: a waiter after it gets a new channel, and a broadcast with no
+// waiter makes none.
+func TestWakeup(t *testing.T) {
+	var w wakeup
+	w.broadcast() // nobody waits: nothing to close or make
+	if w.ch != nil {
+		t.Fatal("a broadcast with no waiter made a channel")
+	}
+	a, b := w.wait(), w.wait()
+	if a != b {
+		t.Fatal("two waiters before one broadcast got different channels")
+	}
+	w.broadcast()
+	for _, ch := range []<-chan struct{}{a, b} {
+		select {
+		case <-ch:
+		default:
+			t.Fatal("a waiter's channel is still open after the broadcast")
+		}
+	}
+	c := w.wait()
+	select {
+	case <-c:
+		t.Fatal("a waiter after the broadcast got a closed channel")
+	default:
+	}
+}
+
+// TestPark: park returns what ended the wait.
+func TestPark(t *testing.T) {
+	open := make(chan struct{})
+	closed := make(chan struct{})
+	close(closed)
+	none := makeDeadline()
+	if err := park(context.Background(), closed, &none, open); err != nil {
+		t.Errorf("woken: %v, want nil", err)
+	}
+	if err := park(context.Background(), open, &none, closed); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("closing: %v, want net.ErrClosed", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := park(ctx, open, &none, open); !errors.Is(err, context.Canceled) {
+		t.Errorf("ctx canceled: %v, want context.Canceled", err)
+	}
+	d := makeDeadline()
+	d.set(time.Now().Add(time.Millisecond))
+	if err := park(context.Background(), open, &d, open); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+}
