@@ -501,7 +501,10 @@ func (p *PacketConn) received(op string, d Datagram, ok bool) (Datagram, error) 
 
 // spinWait drives the CQ for a waiting caller (see Conn.spinWait).
 func (p *PacketConn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
-	return spinOnce(w, p.poller, est, &p.cfg)
+	if !w.Started() {
+		startWait(w, p.poller, est, &p.cfg)
+	}
+	return w.Spin()
 }
 
 // WriteTo sends b as one datagram to addr (an *Addr, a *net.UDPAddr, or

@@ -26,21 +26,21 @@ import (
 // which dispatches it).
 func (c *Conn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	c.postReady() // receives taken back are posted before this side waits (an atomic load when none)
-	return spinOnce(w, c.ep.poller, est, &c.cfg)
-}
-
-// spinOnce is one step of a wait on pl's CQ (Conn's and PacketConn's
-// spinWait): it starts w on first use, with a spin budget learnt by est
-// unless cfg's PollMode is PollEvent, and spins once.
-func spinOnce(w *poller.Waiter, pl *poller.Poller, est *poller.SpinBudget, cfg *Config) bool {
 	if !w.Started() {
-		var budget time.Duration
-		if cfg.PollMode != PollEvent {
-			budget = est.Budget(cfg.PollSpin)
-		}
-		w.Start(pl, est, budget)
+		startWait(w, c.ep.poller, est, &c.cfg)
 	}
 	return w.Spin()
+}
+
+// startWait starts a wait on pl's CQ (the first step of Conn's and
+// PacketConn's spinWait), with a spin budget learnt by est unless cfg's
+// PollMode is PollEvent.
+func startWait(w *poller.Waiter, pl *poller.Poller, est *poller.SpinBudget, cfg *Config) {
+	var budget time.Duration
+	if cfg.PollMode != PollEvent {
+		budget = est.Budget(cfg.PollSpin)
+	}
+	w.Start(pl, est, budget)
 }
 
 // wakeup is a broadcast wake-up for the waiters that park (Conn's and
