@@ -359,8 +359,7 @@ func (f *fallbackListener) tcpLoop() {
 		}
 		f.mu.Unlock()
 		if full {
-			nc.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true,
-				Reason: fmt.Sprintf("accept backlog of %d is full", cap(f.acceptq))}).appendTo(nil))
+			writeTCPReject(nc, fmt.Sprintf("accept backlog of %d is full", cap(f.acceptq)))
 			nc.Close()
 			continue
 		}

@@ -140,16 +140,34 @@ func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, he
 	}
 }
 
-func eventError(ev rdmacm.Event, what string) error {
-	errno := syscall.Errno(-ev.Status)
-	switch ev.Type {
+// resolveError is the error of an address or route resolution that
+// failed (EventAddrError, EventRouteError; ok false for other events),
+// toward dst ("" when the caller's text names it). An address no RDMA
+// device serves is ErrNotRDMAAddress, with its hint.
+func resolveError(typ rdmacm.EventType, status int, dst string) (err error, ok bool) {
+	errno := syscall.Errno(-status)
+	if dst != "" {
+		dst = " " + dst
+	}
+	switch typ {
 	case rdmacm.EventAddrError:
-		if ev.Status == -int(syscall.ENODEV) || ev.Status == -int(syscall.EADDRNOTAVAIL) {
-			return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, errno))
+		if errno == syscall.ENODEV || errno == syscall.EADDRNOTAVAIL {
+			return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, errno)), true
 		}
-		return fmt.Errorf("resolving address: %w", errno)
+		return fmt.Errorf("resolving address%s: %w", dst, errno), true
 	case rdmacm.EventRouteError:
-		return fmt.Errorf("resolving route: %w", errno)
+		return fmt.Errorf("resolving route%s: %w", dst, errno), true
+	}
+	return nil, false
+}
+
+// eventError is the error of an event that ends a connection's set-up
+// while it waited for what.
+func eventError(ev rdmacm.Event, what string) error {
+	if err, ok := resolveError(ev.Type, ev.Status, ""); ok {
+		return err
+	}
+	switch ev.Type {
 	case rdmacm.EventRejected:
 		switch ev.Status {
 		case cmRejInvalidServiceID:
@@ -249,7 +267,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "listener", "dialer")
-		id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
+		sendReject(id, code, reason)
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
 	c.setPeer(agreed(ours, peer))
@@ -336,7 +354,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		}
 	}()
 	fail := func(e error) error {
-		child.Reject((&wire.Reject{Code: wire.RejectResources, Version: wire.Version, Reason: e.Error()}).AppendTo(nil))
+		sendReject(child, wire.RejectResources, e.Error())
 		return e
 	}
 	if c, err = newConn(cfg, ch, child); err != nil {
@@ -405,9 +423,17 @@ func undo(c *Conn, id *rdmacm.ID, ch *rdmacm.Channel) {
 	ch.Close()
 }
 
+// reject refuses the connection of id with a reject message and destroys id.
 func reject(id *rdmacm.ID, code wire.RejectCode, reason string) {
-	id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
+	sendReject(id, code, reason)
 	id.Destroy()
+}
+
+// sendReject refuses the connection of id (a request, or a response the
+// dialer cannot accept) with the wire's reject message: code, this side's
+// version and reason.
+func sendReject(id *rdmacm.ID, code wire.RejectCode, reason string) {
+	id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
 }
 
 // rnrRetry is how often the peer's NIC retries a send that found no posted

@@ -113,11 +113,9 @@ func (c *Conn) readCounters(k *Counters) {
 	k.MessagesSent += c.counts.msgsSent.Load()
 	k.MessagesReceived += c.counts.msgsReceived.Load()
 	k.CreditStalls += c.counts.creditStalls.Load()
-	calls, wrs := c.ep.qp.PostStats()
-	pc := c.ep.qp.PostCounts()
-	k.ConnStats.add(&ConnStats{PostCalls: calls, WorkRequests: wrs,
-		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
-		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs, KeepaliveProbes: c.keepaliveProbes()})
+	st := postStats(c.ep.qp)
+	st.KeepaliveProbes = c.keepaliveProbes()
+	k.ConnStats.add(&st)
 	k.BufferBytes += c.ringBytes()
 }
 
@@ -126,9 +124,7 @@ func (d *device) metricsDevice() string { return d.ctx.Name() }
 // readCounters adds the device's pollers' counts and its pool's.
 func (d *device) readCounters(k *Counters) {
 	for _, p := range d.pollers.Pollers() {
-		s := p.Stats()
-		k.ConnStats.add(&ConnStats{PollCalls: s.Polls, Completions: s.Completions, PollerSleeps: s.Sleeps,
-			PollerWakeups: s.Wakeups, InlinePolls: s.InlinePolls, EmptyPolls: s.EmptyPolls, Parks: s.Parks, Arms: s.Arms})
+		k.ConnStats.add(pollerStats(p.Stats()))
 	}
 	k.DeviceEvents += d.events.Load()
 	ps := d.pool.Stats()

@@ -1148,14 +1148,10 @@ const (
 )
 
 func udEventError(ev rdmacm.UDEvent, to netip.AddrPort) error {
+	if err, ok := resolveError(ev.Type, ev.Status, "to "+to.Addr().String()); ok {
+		return err
+	}
 	switch ev.Type {
-	case rdmacm.EventAddrError:
-		if ev.Status == -int(syscall.ENODEV) || ev.Status == -int(syscall.EADDRNOTAVAIL) {
-			return fmt.Errorf("%w: %w", ErrNotRDMAAddress, syscall.Errno(-ev.Status))
-		}
-		return fmt.Errorf("resolving address %s: %w", to.Addr(), syscall.Errno(-ev.Status))
-	case rdmacm.EventRouteError:
-		return fmt.Errorf("resolving route to %s: %w", to.Addr(), syscall.Errno(-ev.Status))
 	case rdmacm.EventUnreachable:
 		switch {
 		case ev.Status == sidrUnsupported || ev.Status == sidrNoQP:

@@ -2,6 +2,11 @@
 
 package rdma
 
+import (
+	"github.com/verbline/rdma/internal/poller"
+	"github.com/verbline/rdma/internal/verbs"
+)
+
 // ConnStats counts the work behind a connection, to check batching and who
 // makes progress: doorbells and signaled completions per message should fall
 // below one under load, and a waiting caller should find its completion
@@ -48,15 +53,25 @@ func (c *Conn) Stats() ConnStats {
 	if c.tcp != nil {
 		return c.tcp.stats()
 	}
-	calls, wrs := c.ep.qp.PostStats()
-	pc := c.ep.qp.PostCounts()
-	ps := c.ep.poller.Stats()
+	st := postStats(c.ep.qp)
+	st.add(pollerStats(c.ep.poller.Stats()))
+	st.KeepaliveProbes, st.DeviceEvents, st.BufferBytes = c.keepaliveProbes(), c.dev.events.Load(), c.ringBytes()
+	return st
+}
+
+// postStats is the post counters of q, the part of a ConnStats a QP keeps.
+func postStats(q *verbs.QP) ConnStats {
+	calls, wrs := q.PostStats()
+	pc := q.PostCounts()
 	return ConnStats{PostCalls: calls, WorkRequests: wrs,
 		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
-		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
-		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
-		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms,
-		KeepaliveProbes: c.keepaliveProbes(), DeviceEvents: c.dev.events.Load(), BufferBytes: c.ringBytes()}
+		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs}
+}
+
+// pollerStats is the part of a ConnStats a poller keeps.
+func pollerStats(ps poller.Stats) *ConnStats {
+	return &ConnStats{PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
+		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
 }
 
 func (c *Conn) keepaliveProbes() uint64 {

@@ -198,7 +198,7 @@ func tcpHandshakeAccept(nc *net.TCPConn, cfg *Config, admit func(*net.TCPConn) e
 	if err != nil {
 		if errors.Is(err, ErrHandshake) && !errors.Is(err, errNotFallbackPeer) {
 			// A fallback dialer of another version: tell it why.
-			nc.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true, Reason: err.Error()}).appendTo(nil))
+			writeTCPReject(nc, err.Error())
 		}
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func tcpHandshakeAccept(nc *net.TCPConn, cfg *Config, admit func(*net.TCPConn) e
 	}
 	if admit != nil {
 		if aerr := admit(nc); aerr != nil {
-			nc.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true, Reason: aerr.Error()}).appendTo(nil))
+			writeTCPReject(nc, aerr.Error())
 			return nil, aerr
 		}
 	}

@@ -99,6 +99,12 @@ func (h *tcpHello) appendTo(b []byte) []byte {
 var errNotFallbackPeer = errors.New("the TCP peer is not a verbline fallback peer (no \"VLTF\" hello: " +
 	"a plain TCP service, or a listener without ListenConfig.Fallback, on that port?)")
 
+// writeTCPReject refuses a fallback connection: a reject hello with this
+// side's version and reason, best effort (the caller closes nc next).
+func writeTCPReject(w io.Writer, reason string) {
+	w.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true, Reason: reason}).appendTo(nil))
+}
+
 // readTCPHello reads and checks one hello (with a reject's reason) from r.
 // It reads at most tcpHelloLen+2+maxRejectReason bytes and allocates at
 // most the reason.
