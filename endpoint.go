@@ -104,12 +104,6 @@ const (
 // updates, end of stream).
 const ctlReserve = 8
 
-// inlineRequest is the inline room asked for at QP creation: payloads up to
-// it are copied into the work request at post time, so small sends need no
-// DMA read of their buffer (the device may grant more; a device that
-// refuses gets a QP without inline room).
-const inlineRequest = 256
-
 // maxOneSided is how many one-sided operations a connection keeps in flight.
 const maxOneSided = 16
 
@@ -172,11 +166,8 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 		st.step("attach poller")
 		qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
 			SendWR: shape.sendWR, RecvWR: shape.recvWR, InlineData: shape.inline}
-		if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
-			qpc.InlineData = 0 // the device has less inline room (or none): post every payload by reference
-			if e.qp, err = e.dev.pd.CreateQP(qpc); err != nil {
-				return nil, err
-			}
+		if e.qp, qpc, err = createQP(e.dev.pd.CreateQP, qpc); err != nil {
+			return nil, err
 		}
 		e.shape = qpShape{sendWR: qpc.SendWR, recvWR: qpc.RecvWR, inline: qpc.InlineData}
 		e.dev.qps.count(func(st *qpPoolStats) { st.Created++ })

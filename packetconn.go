@@ -292,11 +292,8 @@ func (p *PacketConn) setupQP(cfg *Config) error {
 	}
 	p.poller, p.token = pl, uint64(tok)<<poller.TokenShift
 	qpc := verbs.QPConfig{SendCQ: pl.CQ(), RecvCQ: pl.CQ(), SendWR: p.nSend, RecvWR: p.nRecv, InlineData: inlineRequest}
-	if p.qp, err = p.dev.pd.CreateUDQP(qpc); err != nil {
-		qpc.InlineData = 0
-		if p.qp, err = p.dev.pd.CreateUDQP(qpc); err != nil {
-			return err
-		}
+	if p.qp, _, err = createQP(p.dev.pd.CreateUDQP, qpc); err != nil {
+		return err
 	}
 	p.maxInline = p.qp.MaxInline
 	attr, mask, err := p.id.InitQPAttr(verbs.StateInit) // pkey index, port, Q_Key
