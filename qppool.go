@@ -11,7 +11,7 @@ import (
 
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
-	"github.com/verbline/rdma/internal/settle"
+	"github.com/verbline/rdma/internal/testhooks"
 	"github.com/verbline/rdma/internal/verbs"
 )
 
@@ -49,7 +49,7 @@ var qpTimewaitMax atomic.Int64
 
 func init() {
 	qpTimewaitMax.Store(int64(10 * time.Second))
-	settle.Register(settleDevices) // the tests' resource checks, in any package
+	testhooks.RegisterSettle(settleDevices) // the tests' resource checks, in any package
 }
 
 // qpShape is what a pooled QP must match: its queue sizes and the inline

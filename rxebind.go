@@ -5,6 +5,8 @@ package rdma
 import (
 	"os"
 	"sync"
+
+	"github.com/verbline/rdma/internal/testhooks"
 )
 
 // Soft-RoCE (rxe) in Linux 6.1 re-executes a memory-window bind when it
@@ -37,19 +39,13 @@ var rxeDevices sync.Map
 // forceQuietBind applies the quiet-bind rule on every device (tests).
 var forceQuietBind bool
 
-// bindAnytime turns the rule off when VERBLINE_TEST_RXE_BIND_ANYTIME=1 is
-// in the environment at the first large message or export: for the fault
-// tests' control runs (-faults.rxe-bind-anytime), which show the hang the
-// rule prevents. Not for use outside tests.
-var bindAnytime = sync.OnceValue(func() bool { return os.Getenv("VERBLINE_TEST_RXE_BIND_ANYTIME") == "1" })
-
 // quietBind reports whether windows must be bound into an empty send
 // queue on d: Soft-RoCE devices.
 func (d *device) quietBind() bool {
 	if forceQuietBind {
 		return true
 	}
-	if bindAnytime() {
+	if testhooks.RXEBindAnytime.Load() { // the fault tests' control runs
 		return false
 	}
 	if v, ok := rxeDevices.Load(d.key); ok {

@@ -23,6 +23,7 @@ import (
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/rdmatest/twoguest"
+	"github.com/verbline/rdma/internal/testhooks"
 )
 
 // The test binary is also the other end: on host B, StartSelf runs it with
@@ -45,8 +46,8 @@ func TestMain(m *testing.M) {
 	}
 	nWrites = min(*writesFlag, slots)
 	if *rxeBindAnytime {
-		// Read by the library at the first window bind (rxebind.go).
-		os.Setenv("VERBLINE_TEST_RXE_BIND_ANYTIME", "1")
+		// Read by the library at each device's first window bind (rxebind.go).
+		testhooks.RXEBindAnytime.Store(true)
 	}
 	if *netemFlag != "" {
 		// Commas separate too, so that the arguments pass through make

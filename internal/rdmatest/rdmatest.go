@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/verbline/rdma/internal/settle"
+	"github.com/verbline/rdma/internal/testhooks"
 )
 
 // Env is the RDMA environment scripts/softroce exports.
@@ -114,7 +114,7 @@ func countResources(listing, comm string) (map[string]int, error) {
 }
 
 // Settle, if set, runs before Resources, CheckNoLeaks and WaitGoroutines
-// count, instead of settle.Wait: the rdma package registers there what
+// count, instead of testhooks.Settle: the rdma package registers there what
 // releases what it holds on purpose beyond its live connections (QPs
 // waiting for their connection's TIMEWAIT_EXIT, its QP pool and devices
 // kept a while for the next connection), so that the counts show leaks,
@@ -126,7 +126,7 @@ func runSettle() {
 		Settle()
 		return
 	}
-	settle.Wait(Scale(15 * time.Second))
+	testhooks.Settle(Scale(15 * time.Second))
 }
 
 // CheckNoLeaks fails t if, within a scaled grace period, the process's RDMA

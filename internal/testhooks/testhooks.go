@@ -1,0 +1,37 @@
+// Package testhooks holds what tests, in any package of the module, may
+// switch or call in the rdma package, and nothing else does: the package
+// is internal, so no user of the library can reach it, and the rdma
+// package reads a switch with one atomic load. It has no dependencies,
+// so importing it costs the rdma package nothing.
+package testhooks
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Settling: the tests' resource checks wait for what the rdma package
+// releases in the background on purpose (closed connections' QPs waiting
+// for their TIMEWAIT_EXIT before they join the QP pool, pooled QPs and
+// devices kept for the next connection). The rdma package registers its
+// settling function; internal/rdmatest calls Settle before it counts RDMA
+// objects or goroutines, so that the counts show leaks, not caches.
+var settle atomic.Pointer[func(limit time.Duration)]
+
+// RegisterSettle sets the function Settle runs.
+func RegisterSettle(f func(limit time.Duration)) { settle.Store(&f) }
+
+// Settle runs the registered function, if any: it waits (up to limit)
+// until nothing is released in the background any more, then frees what
+// is only kept for reuse.
+func Settle(limit time.Duration) {
+	if f := settle.Load(); f != nil {
+		(*f)(limit)
+	}
+}
+
+// RXEBindAnytime turns off the Soft-RoCE rule that binds memory windows
+// only into an empty send queue (the rdma package's rxebind.go), for the
+// fault tests' control runs (-faults.rxe-bind-anytime), which show the hang
+// the rule prevents. Set it before the first large message or export.
+var RXEBindAnytime atomic.Bool
