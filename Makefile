@@ -229,6 +229,10 @@ bench-2host: setup
 # tests run for their own fixed time. A quick pass with the tests' own
 # defaults (about 3 minutes): make soak SOAK_CYCLES=400 SOAK_CONNS=1000
 # SOAK_TRANSFER_MIB=64 SOAK_FD_CYCLES=200. Fails if a test failed or skipped.
+SOAK_CYCLES ?= 10000
+SOAK_CONNS ?= 1000
+SOAK_TRANSFER_MIB ?= 1024
+SOAK_FD_CYCLES ?= 1000
 soak: setup
 	@mkdir -p $(BUILD)
 	$(GO) test -c -o $(BUILD)/soak.test .
