@@ -8,19 +8,11 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
-)
-
-// CM reject reasons from the IB spec that rdma_cm passes up as event status.
-const (
-	cmRejInvalidServiceID = 8  // nobody listens on that port
-	cmRejConsumerDefined  = 28 // the listener refused; the reason is in the private data
 )
 
 // hello is this side's half of the handshake (docs/protocol.md): its
@@ -56,62 +48,6 @@ func agreed(ours []byte, peer wire.Hello) wire.Hello {
 // handshake: (*Conn).hello, or in tests a peer of another version.
 type helloFunc func(*Conn) []byte
 
-func newChannel() (*rdmacm.Channel, error) {
-	ch, err := rdmacm.NewChannel()
-	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, addHint(fmt.Errorf("%w (%w)", ErrNoDevice, err))
-	}
-	return ch, err
-}
-
-// newChannelID creates an event channel and an id on it: what every dial and
-// listen starts from.
-func newChannelID() (*rdmacm.Channel, *rdmacm.ID, error) {
-	ch, err := newChannel()
-	if err != nil {
-		return nil, nil, err
-	}
-	id, err := ch.CreateID()
-	if err != nil {
-		ch.Close()
-		return nil, nil, err
-	}
-	return ch, id, nil
-}
-
-// waitEvent waits for the next CM event on ch, bounded by ctx; past ctx's
-// deadline the error is os.ErrDeadlineExceeded, as a net.Conn's.
-func waitEvent(ctx context.Context, ch *rdmacm.Channel) (rdmacm.Event, error) {
-	ev, err := ch.Next(ctx)
-	switch {
-	case err == nil:
-		return ev, nil
-	case errors.Is(err, context.DeadlineExceeded):
-		return ev, os.ErrDeadlineExceeded
-	case errors.Is(err, rdmacm.ErrChannelClosed):
-		return ev, errors.New("rdma_cm event channel closed")
-	}
-	return ev, err
-}
-
-// expect waits for event want; any other event becomes a descriptive error.
-func expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what string) (rdmacm.Event, error) {
-	ev, err := waitEvent(ctx, ch)
-	if err != nil {
-		return ev, err
-	}
-	return ev, checkEvent(ev, want, what)
-}
-
-// checkEvent is nil if ev is the event wanted, else a descriptive error.
-func checkEvent(ev rdmacm.Event, want rdmacm.EventType, what string) error {
-	traceDelivery(ev, "")
-	if ev.Type == want {
-		return nil
-	}
-	return eventError(ev, what)
-}
-
 // awaitEstablished waits for the dialer's RTU (EventEstablished) after an
 // accept. If the QP hears from the dialer first (heard is cancelled: a dialer
 // with nothing of its own to send sends an empty message 50 ms after it
@@ -138,65 +74,6 @@ func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, he
 		}
 		return checkEvent(ev, rdmacm.EventEstablished, "waiting for the dialer to establish")
 	}
-}
-
-// resolveError is the error of an address or route resolution that
-// failed (EventAddrError, EventRouteError; ok false for other events),
-// toward dst ("" when the caller's text names it). An address no RDMA
-// device serves is ErrNotRDMAAddress, with its hint.
-func resolveError(typ rdmacm.EventType, status int, dst string) (err error, ok bool) {
-	errno := syscall.Errno(-status)
-	if dst != "" {
-		dst = " " + dst
-	}
-	switch typ {
-	case rdmacm.EventAddrError:
-		if errno == syscall.ENODEV || errno == syscall.EADDRNOTAVAIL {
-			return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, errno)), true
-		}
-		return fmt.Errorf("resolving address%s: %w", dst, errno), true
-	case rdmacm.EventRouteError:
-		return fmt.Errorf("resolving route%s: %w", dst, errno), true
-	}
-	return nil, false
-}
-
-// eventError is the error of an event that ends a connection's set-up
-// while it waited for what.
-func eventError(ev rdmacm.Event, what string) error {
-	if err, ok := resolveError(ev.Type, ev.Status, ""); ok {
-		return err
-	}
-	switch ev.Type {
-	case rdmacm.EventRejected:
-		switch ev.Status {
-		case cmRejInvalidServiceID:
-			return syscall.ECONNREFUSED
-		case cmRejConsumerDefined:
-			if rej, err := wire.ParseReject(ev.PrivateData); err == nil {
-				return fmt.Errorf("%w: listener refused the connection: %s (%s)", ErrHandshake, rej.Reason, rej.Code)
-			}
-			return fmt.Errorf("%w: peer refused the connection (not a verbline listener?)", ErrHandshake)
-		}
-		return fmt.Errorf("connection rejected (CM reason %d): %w", ev.Status, syscall.ECONNREFUSED)
-	case rdmacm.EventUnreachable, rdmacm.EventConnectError:
-		return fmt.Errorf("peer unreachable (%s, status %d): %w", ev.Type, ev.Status, syscall.EHOSTUNREACH)
-	}
-	return fmt.Errorf("unexpected rdma_cm event %s (status %d) while %s", ev.Type, ev.Status, what)
-}
-
-func msUntil(ctx context.Context) int {
-	if d, ok := ctx.Deadline(); ok {
-		return max(1, int(time.Until(d)/time.Millisecond))
-	}
-	return 15000
-}
-
-func classifyResolve(err error) error {
-	if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EADDRNOTAVAIL) {
-		return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err))
-	}
-	return err
 }
 
 // dialConn runs the active side: resolve address and route, create the QP
@@ -421,19 +298,6 @@ func undo(c *Conn, id *rdmacm.ID, ch *rdmacm.Channel) {
 	}
 	id.Destroy()
 	ch.Close()
-}
-
-// reject refuses the connection of id with a reject message and destroys id.
-func reject(id *rdmacm.ID, code wire.RejectCode, reason string) {
-	sendReject(id, code, reason)
-	id.Destroy()
-}
-
-// sendReject refuses the connection of id (a request, or a response the
-// dialer cannot accept) with the wire's reject message: code, this side's
-// version and reason.
-func sendReject(id *rdmacm.ID, code wire.RejectCode, reason string) {
-	id.Reject((&wire.Reject{Code: code, Version: wire.Version, Reason: reason}).AppendTo(nil))
 }
 
 // rnrRetry is how often the peer's NIC retries a send that found no posted

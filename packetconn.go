@@ -188,14 +188,6 @@ func (r *udRecvSlot) Recycle(b buffer.Buf) { r.p.recycleRecv(r.idx, b) }
 // address, as on InfiniBand, instead of from their datagrams' GRH (tests).
 var forceReplyBySIDR bool
 
-func newUDChannel() (*rdmacm.UDChannel, error) {
-	ch, err := rdmacm.NewUDChannel()
-	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, addHint(fmt.Errorf("%w (%w)", ErrNoDevice, err))
-	}
-	return ch, err
-}
-
 func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if ap.Addr().IsUnspecified() {
 		return nil, addHint(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
