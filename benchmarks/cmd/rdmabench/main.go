@@ -61,7 +61,7 @@ func main() {
 		svgPath   = flag.String("svg", "", "write the chart to `path` (default: the JSON path with .svg)")
 		casesRe   = flag.String("cases", "", "run only our cases whose \"metric/name\" matches `regexp` (e.g. latency, conn-stream)")
 		baseRe    = flag.String("baselines", "", "run only the baselines whose name matches `regexp` (ib_send_lat, ib_write_bw, tcp, ...)")
-		rounds    = flag.Int("rounds", defaultRounds, "rounds of the bandwidth and rate cases: each runs every case and baseline once (-quick: 2 unless given)")
+		rounds    = flag.Int("rounds", defaultRounds, "rounds of the bandwidth, rate and atomics cases: each runs every case and baseline once (-quick: 2 unless given)")
 		latRounds = flag.Int("lat-rounds", defaultLatRounds, "rounds of the latency cases (-quick: 2 unless given)")
 		pin       = flag.Bool("pin", runtime.NumCPU() >= 2, "pin servers to CPU 0 and clients to CPU 1 with taskset (needs 2 CPUs)")
 		depth     = flag.Int("depth", 128, "queue depth: perftest -t (and -r for ib_send_bw); our Config.SendBuffers and RecvBuffers")
