@@ -277,36 +277,8 @@ func (c *Conn) release() error {
 	// into its connection, which takes c.mu.
 	var rel []buffer.Buf
 	rel = c.releaseRendezvousLocked(rel)
-	for i, b := range c.msgSend {
-		if b.Valid() {
-			if c.msgAsync[i] {
-				c.asyncOut--
-				c.oq.push(OpCompletion{ID: c.msgID[i], Err: net.ErrClosed})
-			}
-			rel = append(rel, b)
-			c.msgSend[i] = buffer.Buf{}
-		}
-	}
-	for i := range c.ops {
-		s := &c.ops[i]
-		if s.local.Valid() {
-			if s.async {
-				c.asyncOut--
-				c.oq.push(OpCompletion{ID: s.id, Err: net.ErrClosed})
-			} else {
-				select {
-				case s.done <- opResult{err: net.ErrClosed}:
-				default:
-				}
-			}
-			rel = append(rel, s.local)
-			s.local = buffer.Buf{}
-		}
-	}
-	if c.atomicRes.Valid() { // operations in flight hold references of their own
-		rel = append(rel, c.atomicRes)
-		c.atomicRes = buffer.Buf{}
-	}
+	rel = c.releaseMessageSendsLocked(rel)
+	rel = c.releaseOpsLocked(rel)
 	c.mu.Unlock()
 	// Messages and notifications delivered but never received go back now
 	// (Messages() and Notifications() are closed, so this ends): a peer

@@ -464,3 +464,20 @@ func (c *Conn) closeMessagesLocked() {
 		c.nq.toChan()
 	}
 }
+
+// releaseMessageSendsLocked ends the sends in flight at release: an
+// asynchronous one's completion reports net.ErrClosed, and its buffer joins
+// rel, released once the QP is destroyed (the NIC may still read it).
+func (c *Conn) releaseMessageSendsLocked(rel []buffer.Buf) []buffer.Buf {
+	for i, b := range c.msgSend {
+		if b.Valid() {
+			if c.msgAsync[i] {
+				c.asyncOut--
+				c.oq.push(OpCompletion{ID: c.msgID[i], Err: net.ErrClosed})
+			}
+			rel = append(rel, b)
+			c.msgSend[i] = buffer.Buf{}
+		}
+	}
+	return rel
+}

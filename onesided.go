@@ -553,3 +553,31 @@ func (c *Conn) deliverNotificationLocked(idx int, wc *verbs.WC) {
 	c.lent[idx] = true
 	c.nq.push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
 }
+
+// releaseOpsLocked ends the one-sided operations and atomics in flight at
+// release with net.ErrClosed (on Completions() or to the blocked caller)
+// and adds their local buffers, and the atomics' result buffer, to rel,
+// released once the QP is destroyed (the NIC may still use them).
+func (c *Conn) releaseOpsLocked(rel []buffer.Buf) []buffer.Buf {
+	for i := range c.ops {
+		s := &c.ops[i]
+		if s.local.Valid() {
+			if s.async {
+				c.asyncOut--
+				c.oq.push(OpCompletion{ID: s.id, Err: net.ErrClosed})
+			} else {
+				select {
+				case s.done <- opResult{err: net.ErrClosed}:
+				default:
+				}
+			}
+			rel = append(rel, s.local)
+			s.local = buffer.Buf{}
+		}
+	}
+	if c.atomicRes.Valid() { // operations in flight hold references of their own
+		rel = append(rel, c.atomicRes)
+		c.atomicRes = buffer.Buf{}
+	}
+	return rel
+}

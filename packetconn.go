@@ -590,6 +590,19 @@ func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 	if n > peer.maxPayload {
 		return fmt.Errorf("%w: %d bytes, %s accepts at most %d", ErrDatagramTooLarge, n, to, peer.maxPayload)
 	}
+	if err := p.waitSendSlotLocked(ctx); err != nil {
+		return err
+	}
+	if err := p.postDatagramLocked(peer, payload, zb, n); err != nil {
+		return err
+	}
+	posted = true
+	return nil
+}
+
+// waitSendSlotLocked waits (bounded by ctx and the write deadline) until
+// the send ring has a free slot. Called with p.mu held.
+func (p *PacketConn) waitSendSlotLocked(ctx context.Context) error {
 	var w poller.Waiter
 	defer w.End()
 	for {
@@ -606,6 +619,14 @@ func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 			return err
 		}
 	}
+	return nil
+}
+
+// postDatagramLocked posts one datagram of n bytes to peer in the send
+// ring's next slot: the header, then payload copied behind it or the
+// zero-copy buffer zb as a second entry; inline when it fits. Called with
+// p.mu held and a free slot.
+func (p *PacketConn) postDatagramLocked(peer *udPeer, payload []byte, zb buffer.Buf, n int) error {
 	slot := (p.sqHead + p.sqLen) % p.nSend
 	sb := p.sendBufs[slot]
 	full := sb.Full()
@@ -635,7 +656,6 @@ func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 		p.failLocked(err)
 		return err
 	}
-	posted = true
 	p.sq[slot] = udSendEntry{peer: peer, buf: zb, signaled: signaled}
 	p.sqLen++
 	p.sendSeq++
