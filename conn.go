@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -490,4 +491,19 @@ func (c *Conn) RemoteAddr() net.Addr {
 
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// writeErrLocked reports why writing is impossible now, or nil.
+func (c *Conn) writeErrLocked() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case c.finSent:
+		return syscall.EPIPE // after CloseWrite, as for TCP
+	case c.werr != nil:
+		return c.werr
+	case c.wrDeadline.expired():
+		return os.ErrDeadlineExceeded
+	}
+	return nil
 }

@@ -84,22 +84,6 @@ func (e *endpoint) closeMW(mw *verbs.MW) error {
 	return err
 }
 
-// Work-request ids: [token:24][kind:8][index:32].
-const (
-	wrRecv     = 1 << 32
-	wrSendData = 2 << 32
-	wrSendCtl  = 3 << 32
-	wrSendMsg  = 4 << 32
-	wrOneSided = 5 << 32
-	wrSendRv   = 6 << 32  // a rendezvous announcement (index: send slot)
-	wrBind     = 7 << 32  // a window bind (index: send slot)
-	wrInval    = 8 << 32  // a window invalidate (index: send slot)
-	wrReadRv   = 9 << 32  // a rendezvous READ (index: receive buffer)
-	wrSendUnc  = 10 << 32 // a credit update or keepalive probe that spends no credit (wire.FeatureControlReserve)
-	wrKindMask = 0xff << 32
-	wrIdxMask  = 0xffffffff
-)
-
 // ctlReserve is the send-queue room kept for control messages (credit
 // updates, end of stream).
 const ctlReserve = 8

@@ -127,8 +127,6 @@ const (
 	// every one while the send slots run low); a completion retires every
 	// send posted before it.
 	udSignalEvery = 16
-	wrUDRecv      = 1 << 32
-	wrUDSend      = 2 << 32
 )
 
 // Variables so that tests can shrink them.

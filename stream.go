@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/verbline/rdma/internal/poller"
@@ -49,30 +48,6 @@ type rxMsg struct {
 	buf int // receive buffer index
 	off int // bytes already read
 	n   int // bytes received
-}
-
-// creditsUrgentLocked reports whether pending credits should go back in a
-// message of their own now rather than ride on the next data message: only
-// when the peer is down to half its window by our count (it may soon wait
-// for them: data needs two). Until then they wait for a data message to
-// carry them, so a Conn ping-pong, whose replies carry the credits, sends no
-// update at all. A write-with-immediate ping-pong, whose notifications
-// cannot carry credits (the immediate is the application's), sends one
-// update per half window, and each one finds the peer starved, so the
-// window grows (window.go) and updates get rarer. The threshold is not a
-// quarter window: that would keep a window of 8 from ever reaching half,
-// so it would never grow, and would send an update every second round trip
-// (a doorbell, a signaled completion and a receive more on each side).
-//
-// A 1.0/1.1 peer spends a credit on each credit update it receives and
-// earns one back when it reposts it: there at least 2 must be pending, so
-// that a lone update's receive never triggers an update in return.
-func (c *Conn) creditsUrgentLocked() bool {
-	min := 1
-	if c.features&wire.FeatureControlReserve == 0 {
-		min = 2
-	}
-	return c.pending >= min && c.peerCredits <= c.window/2
 }
 
 // Read reads data from the connection. It returns io.EOF once the peer has
@@ -258,154 +233,6 @@ func (c *Conn) takeLocked(m *rxMsg, k int) {
 	}
 }
 
-// repostLocked takes back the receives collected in c.recvWRs and
-// returns credits if the peer may need them. Their credits count from
-// here (pending), but the post itself waits for this side's next send,
-// which carries them in the same call into C (postSendsLocked): a
-// ping-pong's reply then costs one crossing, not two (what a crossing
-// costs: BenchmarkCostPollEmpty, docs/performance.md). That is safe:
-// credits reach the peer only in sends, and every send posts recvReady
-// first. Receives that take the peer's control messages (uncredited: the
-// peer sends into them without a grant) are posted at once, and a waiter
-// posts what is left before it spins (postReadyLocked). Called with c.mu
-// held.
-func (c *Conn) repostLocked() {
-	if len(c.recvWRs) == 0 || c.qpDown {
-		return
-	}
-	c.recvReady = append(c.recvReady, c.recvWRs...)
-	c.pending += len(c.recvWRs) - c.uncredited
-	unc := c.uncredited
-	c.uncredited = 0
-	c.recvWRs = c.recvWRs[:0]
-	if unc > 0 {
-		c.postReadyLocked()
-	} else {
-		c.recvDeferred.Store(true)
-	}
-	c.maybeGrowWindowLocked()
-	c.maybeSendCreditsLocked()
-}
-
-// postReadyLocked posts the receives repostLocked took back. Called with
-// c.mu held.
-func (c *Conn) postReadyLocked() {
-	if len(c.recvReady) == 0 {
-		return
-	}
-	wrs := c.takeReadyLocked()
-	if c.qpDown {
-		return
-	}
-	if err := c.ep.qp.PostRecv(wrs); err != nil {
-		c.failLocked(err)
-		return
-	}
-	c.recvPosted += len(wrs)
-}
-
-// takeReadyLocked empties recvReady and returns what it held (valid until
-// the next repost). Called with c.mu held.
-func (c *Conn) takeReadyLocked() []verbs.RecvWR {
-	wrs := c.recvReady
-	c.recvReady = c.recvReady[:0]
-	c.recvDeferred.Store(false)
-	return wrs
-}
-
-// postReady is postReadyLocked for a waiter about to poll or park.
-func (c *Conn) postReady() {
-	if c.recvDeferred.Load() {
-		c.mu.Lock()
-		c.postReadyLocked()
-		c.mu.Unlock()
-	}
-}
-
-// postSendsLocked posts wrs, with the receives waiting in recvReady ahead
-// of them in the same call. Called with c.mu held.
-func (c *Conn) postSendsLocked(wrs []verbs.SendWR) error {
-	if len(c.recvReady) == 0 {
-		return c.ep.qp.PostSend(wrs)
-	}
-	recvs := c.takeReadyLocked()
-	posted, err := c.ep.qp.PostRecvSend(recvs, wrs)
-	if posted {
-		c.recvPosted += len(recvs)
-	}
-	return err
-}
-
-// postBindSendLocked posts a window bind followed by wrs in one post list,
-// with the receives waiting in recvReady ahead of them in the same call.
-// Called with c.mu held.
-func (c *Conn) postBindSendLocked(bind *verbs.BindWR, wrs []verbs.SendWR) error {
-	var recvs []verbs.RecvWR
-	if n := len(c.recvReady); n > 0 && n <= verbs.MaxPostList {
-		recvs = c.takeReadyLocked()
-	}
-	posted, err := c.ep.qp.PostBindSend(recvs, bind, wrs)
-	if posted {
-		c.recvPosted += len(recvs)
-	}
-	return err
-}
-
-// flushCredits returns every pending credit now, below the threshold: a
-// receiver about to sleep must not sit on credits its peer may be waiting
-// for (the last one before a wait, as for signaled sends). If a credit
-// update is in flight already, its completion sends the rest.
-func (c *Conn) flushCredits() {
-	c.mu.Lock()
-	if c.pending > 0 && !c.qpDown && c.creditsUrgentLocked() {
-		c.sendCtlLocked(wire.KindCredit)
-	}
-	c.mu.Unlock()
-}
-
-// maybeSendCreditsLocked returns pending credits in a credit update when
-// the peer may need them (creditsUrgentLocked).
-func (c *Conn) maybeSendCreditsLocked() {
-	if c.creditsUrgentLocked() {
-		c.sendCtlLocked(wire.KindCredit)
-	}
-}
-
-// sendCtlLocked posts a zero-length control message carrying all pending
-// credits, and reports whether it did. Credit updates and probes to a peer
-// that keeps receives for them (wire.FeatureControlReserve) spend no
-// credit, one at a time: receiving one earns the peer no credit to return,
-// so two sides returning credits cannot bounce updates back and forth.
-// Otherwise (end of stream, or a 1.0/1.1 peer) the message spends a
-// credit, and may spend the last one: data never does, so one is always
-// left for it. End of stream and the uncredited messages ask for their
-// completion (Close waits for every send to retire; the next uncredited
-// one waits for the previous). Called with c.mu held.
-func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
-	if c.qpDown || c.sqUsedLocked() >= c.ep.sqDepth {
-		return false
-	}
-	uncredited := kind != wire.KindFIN && c.features&wire.FeatureControlReserve != 0
-	if uncredited && c.ctlOut || !uncredited && c.credits < 1 {
-		return false
-	}
-	wrKind := uint64(wrSendCtl)
-	if uncredited {
-		wrKind = wrSendUnc
-	}
-	if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, uint32(c.pending))},
-		wrKind, 0, kind == wire.KindFIN || uncredited) != nil {
-		return false
-	}
-	if uncredited {
-		c.ctlOut = true
-	} else {
-		c.credits--
-	}
-	c.grantedLocked()
-	return true
-}
-
 // Write writes b to the connection, split into chunks of at most the peer's
 // receive buffer size and pipelined over the send buffers. It returns once
 // every byte is in a posted send buffer (as TCP's returns once the bytes are
@@ -521,21 +348,6 @@ func (c *Conn) write(b []byte) (int, error) {
 			return written, err // all posted: no second look at the state
 		}
 	}
-}
-
-// writeErrLocked reports why writing is impossible now, or nil.
-func (c *Conn) writeErrLocked() error {
-	switch {
-	case c.closed:
-		return net.ErrClosed
-	case c.finSent:
-		return syscall.EPIPE // after CloseWrite, as for TCP
-	case c.werr != nil:
-		return c.werr
-	case c.wrDeadline.expired():
-		return os.ErrDeadlineExceeded
-	}
-	return nil
 }
 
 // CloseWrite shuts down the writing side: the peer reads every byte written

@@ -1,0 +1,103 @@
+//go:build linux && cgo
+
+package rdma
+
+// Posting: receives taken back are posted with the next send, in one call
+// into C (one doorbell), and binds go out in one post list with the sends
+// behind them. The send queue's own accounting and signalling policy are
+// in sendqueue.go.
+
+import "github.com/verbline/rdma/internal/verbs"
+
+// repostLocked takes back the receives collected in c.recvWRs and
+// returns credits if the peer may need them. Their credits count from
+// here (pending), but the post itself waits for this side's next send,
+// which carries them in the same call into C (postSendsLocked): a
+// ping-pong's reply then costs one crossing, not two (what a crossing
+// costs: BenchmarkCostPollEmpty, docs/performance.md). That is safe:
+// credits reach the peer only in sends, and every send posts recvReady
+// first. Receives that take the peer's control messages (uncredited: the
+// peer sends into them without a grant) are posted at once, and a waiter
+// posts what is left before it spins (postReadyLocked). Called with c.mu
+// held.
+func (c *Conn) repostLocked() {
+	if len(c.recvWRs) == 0 || c.qpDown {
+		return
+	}
+	c.recvReady = append(c.recvReady, c.recvWRs...)
+	c.pending += len(c.recvWRs) - c.uncredited
+	unc := c.uncredited
+	c.uncredited = 0
+	c.recvWRs = c.recvWRs[:0]
+	if unc > 0 {
+		c.postReadyLocked()
+	} else {
+		c.recvDeferred.Store(true)
+	}
+	c.maybeGrowWindowLocked()
+	c.maybeSendCreditsLocked()
+}
+
+// postReadyLocked posts the receives repostLocked took back. Called with
+// c.mu held.
+func (c *Conn) postReadyLocked() {
+	if len(c.recvReady) == 0 {
+		return
+	}
+	wrs := c.takeReadyLocked()
+	if c.qpDown {
+		return
+	}
+	if err := c.ep.qp.PostRecv(wrs); err != nil {
+		c.failLocked(err)
+		return
+	}
+	c.recvPosted += len(wrs)
+}
+
+// takeReadyLocked empties recvReady and returns what it held (valid until
+// the next repost). Called with c.mu held.
+func (c *Conn) takeReadyLocked() []verbs.RecvWR {
+	wrs := c.recvReady
+	c.recvReady = c.recvReady[:0]
+	c.recvDeferred.Store(false)
+	return wrs
+}
+
+// postReady is postReadyLocked for a waiter about to poll or park.
+func (c *Conn) postReady() {
+	if c.recvDeferred.Load() {
+		c.mu.Lock()
+		c.postReadyLocked()
+		c.mu.Unlock()
+	}
+}
+
+// postSendsLocked posts wrs, with the receives waiting in recvReady ahead
+// of them in the same call. Called with c.mu held.
+func (c *Conn) postSendsLocked(wrs []verbs.SendWR) error {
+	if len(c.recvReady) == 0 {
+		return c.ep.qp.PostSend(wrs)
+	}
+	recvs := c.takeReadyLocked()
+	posted, err := c.ep.qp.PostRecvSend(recvs, wrs)
+	if posted {
+		c.recvPosted += len(recvs)
+	}
+	return err
+}
+
+// postBindSendLocked posts a window bind followed by wrs in one post list,
+// with the receives waiting in recvReady ahead of them in the same call.
+// Called with c.mu held.
+func (c *Conn) postBindSendLocked(bind *verbs.BindWR, wrs []verbs.SendWR) error {
+	var recvs []verbs.RecvWR
+	if n := len(c.recvReady); n > 0 && n <= verbs.MaxPostList {
+		recvs = c.takeReadyLocked()
+	}
+	posted, err := c.ep.qp.PostBindSend(recvs, bind, wrs)
+	if posted {
+		c.recvPosted += len(recvs)
+	}
+	return err
+}
