@@ -3,6 +3,7 @@ package twoguest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -51,16 +52,22 @@ func (c *Client) Info(ctx context.Context) (map[string]string, error) {
 }
 
 // WaitReady retries Info until the agent answers or ctx ends (the other
-// guest boots alongside this one).
+// guest boots alongside this one). Its error names the last attempt that
+// did not time out (a refusal says more than a dial cut short by ctx).
 func (c *Client) WaitReady(ctx context.Context) (map[string]string, error) {
+	var last error
 	for {
 		info, err := c.Info(ctx)
 		if err == nil {
 			return info, nil
 		}
+		var ne net.Error
+		if cut := ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout(); last == nil || !cut {
+			last = err
+		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("agent %s did not answer: %w (last: %w)", c.Addr, ctx.Err(), err)
+			return nil, fmt.Errorf("agent %s did not answer: %w (last: %w)", c.Addr, ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
