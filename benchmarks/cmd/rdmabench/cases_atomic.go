@@ -118,23 +118,8 @@ func atomicRate(s *Side) (*Sample, error) {
 		return err
 	}
 	start := time.Now()
-	inflight := 0
-	for i := 0; i < s.Iters; i++ {
-		if inflight == atomicDepth {
-			if err := next(); err != nil {
-				return nil, err
-			}
-			inflight--
-		}
-		if err := c.PostFetchAdd(remote, 0, 1, uint64(i)); err != nil {
-			return nil, err
-		}
-		inflight++
-	}
-	for ; inflight > 0; inflight-- {
-		if err := next(); err != nil {
-			return nil, err
-		}
+	if err := postWindowed(s.Iters, atomicDepth, func(i int) error { return c.PostFetchAdd(remote, 0, 1, uint64(i)) }, next); err != nil {
+		return nil, err
 	}
 	el := time.Since(start)
 	return &Sample{Value: float64(s.Iters) / el.Seconds() / 1e6}, nil

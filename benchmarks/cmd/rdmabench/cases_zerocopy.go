@@ -291,24 +291,34 @@ func writeStream(s *Side) (*Sample, error) {
 		next = func() error { return (<-c.Completions()).Err }
 	}
 	start := time.Now()
+	if err := postWindowed(s.Iters, depth, func(i int) error { return c.PostWriteRemote(local, remote, 0, uint64(i)) }, next); err != nil {
+		return nil, err
+	}
+	el := time.Since(start)
+	return &Sample{Value: float64(s.Size) * float64(s.Iters) / el.Seconds() / 1e6}, nil
+}
+
+// postWindowed posts iters operations (post(i) for each i) keeping at most
+// depth outstanding: past depth it takes one end (next) before posting
+// again, and at the end it takes the ends still outstanding.
+func postWindowed(iters, depth int, post func(i int) error, next func() error) error {
 	inflight := 0
-	for i := 0; i < s.Iters; i++ {
+	for i := 0; i < iters; i++ {
 		if inflight == depth {
 			if err := next(); err != nil {
-				return nil, err
+				return err
 			}
 			inflight--
 		}
-		if err := c.PostWriteRemote(local, remote, 0, uint64(i)); err != nil {
-			return nil, err
+		if err := post(i); err != nil {
+			return err
 		}
 		inflight++
 	}
 	for ; inflight > 0; inflight-- {
 		if err := next(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	el := time.Since(start)
-	return &Sample{Value: float64(s.Size) * float64(s.Iters) / el.Seconds() / 1e6}, nil
+	return nil
 }
