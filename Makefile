@@ -49,8 +49,8 @@ build-deps:
 	@CC="$$($(GO) env CC)" scripts/softroce build-deps
 
 # Systems the module must build for without cgo (no RDMA there): importing the
-# package must never break a build. unsupported.go stands in for the RDMA
-# implementation (files tagged linux && cgo) with the same exported API.
+# package must never break a build. engine_stub.go stands in for the RDMA
+# engine (files tagged linux && cgo) under the same public files.
 NOCGO_GOOS := linux darwin windows
 
 # Static checks; each fails the target with what to run to fix it.

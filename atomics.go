@@ -41,65 +41,9 @@ import (
 // atomicWordSize is the size and alignment of the word an atomic works on.
 const atomicWordSize = 8
 
-// CompareAndSwap compares the 8-byte word at offset in the peer's export
-// with compare and, if equal, replaces it with swap, atomically in the
-// peer's NIC; it returns the word's value before (equal to compare when
-// the swap took place). It waits, like ReadRemote, for the NIC's answer
-// (bounded by ctx and the write deadline).
-//
-// offset must be a multiple of 8 inside the descriptor's range, and the
-// export must have been given RemoteAtomic; a misaligned or out-of-range
-// offset is refused here (ErrRemoteAccess) before anything is posted, and
-// the connection is unharmed. A descriptor the peer's NIC refuses (no
-// RemoteAtomic, another connection's, a closed export) fails with
-// ErrRemoteAccess and, as RC requires, ends the connection. Where either
-// device has no atomics, or the peer runs a release without them, the
-// call fails at once with an error wrapping errors.ErrUnsupported; on a
-// TCP-backed connection it returns ErrNotRDMA.
-func (c *Conn) CompareAndSwap(ctx context.Context, remote RemoteBuf, offset, compare, swap uint64) (uint64, error) {
-	if c.tcp != nil {
-		return 0, c.tcp.notRDMA("compare and swap")
-	}
-	return c.atomic(ctx, "compare and swap", verbs.OpAtomicCompareSwap, remote, offset, compare, swap, false, 0)
-}
-
-// FetchAdd adds add to the 8-byte word at offset in the peer's export,
-// atomically in the peer's NIC (wrapping modulo 2^64), and returns the
-// word's value before. Its rules are CompareAndSwap's.
-func (c *Conn) FetchAdd(ctx context.Context, remote RemoteBuf, offset, add uint64) (uint64, error) {
-	if c.tcp != nil {
-		return 0, c.tcp.notRDMA("fetch and add")
-	}
-	return c.atomic(ctx, "fetch and add", verbs.OpAtomicFetchAdd, remote, offset, add, 0, false, 0)
-}
-
-// PostCompareAndSwap starts CompareAndSwap and returns once it is posted;
-// its end arrives on Completions() (or RecvCompletion) with id, the old
-// value in OpCompletion.Value. More atomics and READs may be posted than
-// the connection's READ depth (Config.ReadDepth): the NIC holds the extra
-// ones until answers return; none fails for it.
-func (c *Conn) PostCompareAndSwap(remote RemoteBuf, offset, compare, swap, id uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("compare and swap")
-	}
-	_, err := c.atomic(context.Background(), "compare and swap", verbs.OpAtomicCompareSwap, remote, offset,
-		compare, swap, true, id)
-	return err
-}
-
-// PostFetchAdd starts FetchAdd; its end arrives on Completions() (or
-// RecvCompletion) with id, the old value in OpCompletion.Value.
-func (c *Conn) PostFetchAdd(remote RemoteBuf, offset, add, id uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("fetch and add")
-	}
-	_, err := c.atomic(context.Background(), "fetch and add", verbs.OpAtomicFetchAdd, remote, offset, add, 0, true, id)
-	return err
-}
-
 // atomicsUnsupported says why this connection cannot make or accept
 // atomics, or returns nil.
-func (c *Conn) atomicsUnsupported() error {
+func (c *engine) atomicsUnsupported() error {
 	if c.dev.attr.Atomics == verbs.AtomicNone {
 		return fmt.Errorf("%w: RDMA atomics: device %s has none (atomic_cap none, as iWARP devices); "+
 			"keep the word behind a lock of the application's, or update it with messages",
@@ -114,7 +58,7 @@ func (c *Conn) atomicsUnsupported() error {
 
 // announced is the feature set this side's Hello announces: all it knows,
 // less atomics where the device has none.
-func (c *Conn) announced() wire.Features {
+func (c *engine) announced() wire.Features {
 	f := wire.Supported
 	if c.dev.attr.Atomics == verbs.AtomicNone {
 		f &^= wire.FeatureAtomics
@@ -136,25 +80,36 @@ func checkAtomicTarget(remote RemoteBuf, offset uint64) error {
 	return nil
 }
 
-func (c *Conn) atomic(ctx context.Context, op string, opcode uint32, remote RemoteBuf, offset, compareAdd, swap uint64,
+// compareAndSwap is CompareAndSwap; async: PostCompareAndSwap.
+func (c *engine) compareAndSwap(ctx context.Context, remote RemoteBuf, offset, compare, swap uint64, async bool,
+	id uint64) (uint64, error) {
+	return c.atomic(ctx, "compare and swap", verbs.OpAtomicCompareSwap, remote, offset, compare, swap, async, id)
+}
+
+// fetchAdd is FetchAdd; async: PostFetchAdd.
+func (c *engine) fetchAdd(ctx context.Context, remote RemoteBuf, offset, add uint64, async bool, id uint64) (uint64, error) {
+	return c.atomic(ctx, "fetch and add", verbs.OpAtomicFetchAdd, remote, offset, add, 0, async, id)
+}
+
+func (c *engine) atomic(ctx context.Context, name string, opcode uint32, remote RemoteBuf, offset, compareAdd, swap uint64,
 	async bool, id uint64) (uint64, error) {
 	if err := c.atomicsUnsupported(); err != nil {
-		return 0, c.opError(op, err)
+		return 0, err
 	}
 	if err := checkAtomicTarget(remote, offset); err != nil {
-		return 0, c.opError(op, err)
+		return 0, err
 	}
 	if err := c.atomicResults(); err != nil {
-		return 0, c.opError(op, err)
+		return 0, err
 	}
-	return c.postOneSided(ctx, op, op, verbs.SendWR{Opcode: opcode, RemoteAddr: remote.Addr + offset, RKey: remote.RKey,
+	return c.postOneSided(ctx, name, verbs.SendWR{Opcode: opcode, RemoteAddr: remote.Addr + offset, RKey: remote.RKey,
 		CompareAdd: compareAdd, Swap: swap}, buffer.Buf{}, async, id)
 }
 
 // atomicResults makes sure the connection has its atomics' result buffer:
 // 8 bytes per operation slot, registered (the NIC writes the old values
 // there), taken from the pool outside c.mu at the first atomic.
-func (c *Conn) atomicResults() error {
+func (c *engine) atomicResults() error {
 	c.mu.Lock()
 	have := c.atomicRes.Valid()
 	c.mu.Unlock()

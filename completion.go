@@ -15,7 +15,7 @@ import (
 // handleCompletions applies a batch of completions to the connection's state
 // and wakes waiters once. The device's poller calls it; it never blocks on a
 // user (delivery channels are sized so a send into them cannot block).
-func (c *Conn) handleCompletions(wcs []verbs.WC) {
+func (c *engine) handleCompletions(wcs []verbs.WC) {
 	c.mu.Lock()
 	if c.released {
 		c.mu.Unlock()
@@ -64,7 +64,7 @@ func (c *Conn) handleCompletions(wcs []verbs.WC) {
 
 // msgDoneLocked ends the zero-copy send in slot idx: the NIC (or, for a
 // large message, the peer) is done with its buffer.
-func (c *Conn) msgDoneLocked(idx int, err error) {
+func (c *engine) msgDoneLocked(idx int, err error) {
 	c.toRelease = append(c.toRelease, c.msgSend[idx])
 	c.msgSend[idx] = buffer.Buf{}
 	c.msgFree = append(c.msgFree, idx)
@@ -75,7 +75,7 @@ func (c *Conn) msgDoneLocked(idx int, err error) {
 }
 
 // recvLocked handles one receive completion for receive buffer idx.
-func (c *Conn) recvLocked(wc *verbs.WC, idx int) {
+func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 	if wc.Status != verbs.WCSuccess {
 		c.recvFailedLocked(wc)
 		return
@@ -198,7 +198,7 @@ func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32
 // rendezvous done spends one of the peer's credits. The credits it returns
 // count (creditsInLocked). It returns the credits field (a rendezvous
 // done's id) and the action; rxFailed: the connection failed (ErrProtocol).
-func (c *Conn) admitRecvLocked(wc *verbs.WC) (uint32, rxAction) {
+func (c *engine) admitRecvLocked(wc *verbs.WC) (uint32, rxAction) {
 	kind, credits, act, err := classifyRecv(wc.HasImm(), wc.Imm, wc.ByteLen, rxView{
 		controlReserve: c.features&wire.FeatureControlReserve != 0,
 		eof:            c.eof, msgsClosed: c.msgsClosed, room: c.ep.bufSize})
@@ -221,7 +221,7 @@ func (c *Conn) admitRecvLocked(wc *verbs.WC) (uint32, rxAction) {
 	return credits, act
 }
 
-func (c *Conn) recvFailedLocked(wc *verbs.WC) {
+func (c *engine) recvFailedLocked(wc *verbs.WC) {
 	if wc.Status == verbs.WCWRFlushErr {
 		// The QP went to ERR (our close, or the peer's disconnect): after the
 		// data already received, a reader sees the end.
@@ -234,7 +234,7 @@ func (c *Conn) recvFailedLocked(wc *verbs.WC) {
 	c.failLocked(wcErr(wc))
 }
 
-func (c *Conn) sendFailedLocked(wc *verbs.WC) {
+func (c *engine) sendFailedLocked(wc *verbs.WC) {
 	if wc.Status == verbs.WCSuccess {
 		return
 	}

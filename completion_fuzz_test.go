@@ -77,7 +77,7 @@ func FuzzRecvCompletion(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st := make([]byte, 5)
 		data = data[copy(st, data):]
-		c := &Conn{qpDown: true, ep: &endpoint{bufSize: room, recv: make([]buffer.Buf, nRecv)}}
+		c := &engine{qpDown: true, ep: &endpoint{bufSize: room, recv: make([]buffer.Buf, nRecv)}}
 		if st[0]&1 != 0 {
 			c.features |= wire.FeatureControlReserve
 		}

@@ -1,194 +1,99 @@
-//go:build linux && cgo
-
 package rdma
 
 import (
 	"context"
-	"errors"
+	"io"
 	"net"
-	"os"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/verbline/rdma/buffer"
-	"github.com/verbline/rdma/internal/poller"
-	"github.com/verbline/rdma/internal/rdmacm"
-	"github.com/verbline/rdma/internal/verbs"
-	"github.com/verbline/rdma/internal/wire"
 )
 
 // Conn is an RDMA reliable connection with the semantics of a TCP stream. It
 // implements net.Conn; many goroutines may call its methods at once.
+//
+// Each method is written once here: it defers to the TCP connection where
+// a Dialer or ListenConfig with Fallback fell back to TCP (fallback.go),
+// else to the RDMA engine (engine.go; engine_stub.go in builds without
+// RDMA), and wraps the engine's error in a *net.OpError naming the
+// operation.
 type Conn struct {
-	tcp *tcpConn // non-nil: the connection fell back to TCP (fallback.go); every method defers to it
-
-	// Immutable after the handshake (set before the Conn is handed out).
-	cfg          Config
-	laddr, raddr *Addr
-	ch           *rdmacm.Channel // the connection's own event channel
-	id           *rdmacm.ID
-	ep           *endpoint
-	dev          *device
-	port         uint8 // the device port the connection runs on
-	peerBufSize  int   // chunk size for sends: the peer's receive buffer size, capped by ours
-	// features are the optional protocol features both sides announced
-	// (docs/protocol.md): only these may be used.
-	features   wire.Features
-	rdSig      chan struct{} // capacity 1: wakes the (single, readMu) blocked reader
-	wrSig      chan struct{} // capacity 1: wakes the (single, writeMu) blocked writer
-	closing    chan struct{} // closed by Close
-	eventsDone chan struct{} // closed when the CM event loop exits
-	eventsStop func()        // ends the CM event loop without closing the channel (set by start)
-
-	// Synchronized by themselves.
-	readMu                 sync.Mutex // one Read at a time; held while it waits
-	writeMu                sync.Mutex // one Write at a time, so writes are not interleaved
-	rdDeadline, wrDeadline deadline
-	// Spin budgets learnt from recent waits (poller.SpinBudget): readers
-	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
-	rdSpin, wrSpin poller.SpinBudget
-	chanUser       atomic.Bool // the user took a delivery channel (channelUser)
-	starvedHint    atomic.Bool // mirrors peerStarved (window.go), read without c.mu
-	closeOnce      sync.Once
-	closeErr       error // set inside closeOnce
-
-	sendWRs    []verbs.SendWR // guarded by writeMu: scratch for Write
-	writeSlots []int          // guarded by writeMu: the send buffers a Write reserved
-
-	counts connCounters // metrics_conn.go: atomics (noCredit: mu)
-
-	mu              sync.Mutex     // guards every field below, and the embedded states
-	streamState                    // stream.go: received bytes, credits, end of stream
-	sendQueue                      // sendqueue.go: posted send-queue requests in order
-	messageState                   // message.go: received messages lent to the user, zero-copy sends
-	oneSidedState                  // onesided.go: operations in flight, exports
-	rendezvousState                // rendezvous.go: messages larger than the peer's receive buffers
-	keepaliveState                 // keepalive.go: idle probes
-	recvPosted      int            // receives posted and not completed
-	closed          bool           // Close was called
-	qpDown          bool           // the QP was moved to ERR
-	released        bool           // the endpoint is gone: completions are ignored
-	disconnected    bool           // a disconnect request went to the peer (disconnectLocked)
-	ringFreed       bool           // the receive ring went back to the pool (after release)
-	wake            wakeup         // the parked waiters but Read's and Write's
-	recvWRs         []verbs.RecvWR // scratch for reposting
-	// recvReady are receives taken back whose credits are counted (in
-	// pending) but whose post waits for this side's next send, to go in
-	// the same call into C (stream.go, repostLocked).
-	recvReady    []verbs.RecvWR
-	recvDeferred atomic.Bool  // recvReady is not empty: a waiter posts it first
-	toRelease    []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
-	// firstHeard, on the passive side until the handshake ends, is called
-	// by the first successful receive completion: the dialer is
-	// established even if its RTU was lost (awaitEstablished).
-	firstHeard context.CancelFunc
+	tcp *tcpConn // non-nil: the connection fell back to TCP; every method defers to it
+	engine
 }
 
-// newConn makes the connection object and its endpoint (the endpoint's
-// poller delivers completions to the Conn, so the Conn comes first).
-func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
-	c := &Conn{
-		cfg: *cfg, ch: ch, id: id,
-		rdSig:      make(chan struct{}, 1),
-		wrSig:      make(chan struct{}, 1),
-		closing:    make(chan struct{}),
-		eventsDone: make(chan struct{}),
-		rdDeadline: makeDeadline(),
-		wrDeadline: makeDeadline(),
+var _ net.Conn = (*Conn)(nil)
+
+// opError wraps an engine error for the user, naming the operation and the
+// connection's addresses, as package net does.
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "rdma", Source: c.localAddr(), Addr: c.remoteAddr(), Err: err}
+}
+
+// wrap is opError for an error that may be nil or io.EOF (returned as it
+// is, as net.Conn.Read returns it).
+func (c *Conn) wrap(op string, err error) error {
+	if err == nil || err == io.EOF {
+		return err
 	}
-	ep, err := newEndpoint(id, cfg, c.countCompletions)
+	return c.opError(op, err)
+}
+
+// Read reads data from the connection. It returns io.EOF once the peer has
+// closed (or half-closed) and every byte it wrote has been read.
+func (c *Conn) Read(b []byte) (int, error) {
+	if c.tcp != nil {
+		return c.tcp.read(b)
+	}
+	n, err := c.read(b)
 	if err != nil {
-		return nil, err
+		err = c.wrap("read", err)
 	}
-	c.ep = ep
-	c.port = id.PortNum()
-	c.rq = make([]rxMsg, ep.maxRecv) // every receive posted
-	c.window, c.peerCredits = initialWindow(cfg), initialWindow(cfg)
-	c.sendFree = make([]int, 0, cfg.SendBuffers)
-	for i := range ep.send {
-		c.sendFree = append(c.sendFree, i)
-	}
-	c.sq = make([]sqEntry, ep.sqDepth)
-	// Counted before the handshake posts them: a receive may complete (the
-	// peer's first message) before start runs, and its completion must
-	// find the count (else Close waits its whole flush timeout).
-	c.recvPosted = len(ep.recv)
-	c.dev = ep.dev
-	c.initMessages()
-	c.dev.addConn(c)
-	return c, nil
+	return n, err
 }
 
-// setPeer records the peer's half of the handshake.
-func (c *Conn) setPeer(peer wire.Hello) {
-	c.mu.Lock()
-	c.peerBufSize = min(int(peer.RecvBufSize), c.ep.bufSize)
-	c.features = peer.Features
-	// The QP accepts the peer's atomics only where both sides have them
-	// (endpoint.configure grants the right at RTR).
-	c.ep.remoteAtomic = peer.Features&wire.FeatureAtomics != 0
-	c.credits = int(peer.Credits)
-	c.peerMaxMsg = c.peerBufSize
-	if c.dev.windows && int(peer.MaxMsgSize) > c.peerBufSize {
-		c.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.pool.MaxSize()) // larger ones go by rendezvous
+// WriteTo writes what the peer sends to w until the peer's end of stream
+// (which is not an error here) or an error, and returns how many bytes w
+// took: io.Copy(w, conn) calls it. Each received chunk goes to w straight
+// from the receive buffer the NIC filled, so io.Copy needs no buffer of
+// its own (it would allocate 32 KiB per call) and the bytes are copied
+// once fewer than through Read. w must not keep the slice (io.Writer's
+// rule): the buffer is reposted for the peer when w.Write returns. The
+// read deadline bounds the waits for data, not w.Write. An error of w is
+// returned as w returned it.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	if c.tcp != nil {
+		return io.Copy(w, tcpReader{c.tcp})
 	}
-	c.mu.Unlock()
+	n, werr, err := c.writeTo(w)
+	if werr != nil {
+		return n, werr
+	}
+	return n, c.wrap("writeto", err) // as net.TCPConn.WriteTo names it
 }
 
-// start runs once the connection is established.
-func (c *Conn) start() {
-	c.mu.Lock()
-	c.laddr = &Addr{c.id.LocalAddr()}
-	c.raddr = &Addr{c.id.PeerAddr()}
-	c.mu.Unlock()
-	c.startKeepalive()
-	registerConn(c) // metrics
-	ctx, stop := context.WithCancel(context.Background())
-	c.eventsStop = stop
-	go c.eventLoop(ctx)
+// Write writes b to the connection, split into chunks of at most the peer's
+// receive buffer size and pipelined over the send buffers. It returns once
+// every byte is in a posted send buffer (as TCP's returns once the bytes are
+// in the socket buffer).
+func (c *Conn) Write(b []byte) (int, error) {
+	if c.tcp != nil {
+		return c.tcp.write(b)
+	}
+	n, err := c.write(b)
+	if err != nil {
+		err = c.opError("write", err)
+	}
+	return n, err
 }
 
-// abort frees a connection that never got established.
-func (c *Conn) abort() {
-	c.mu.Lock()
-	c.released = true
-	c.mu.Unlock()
-	c.dev.removeConn(c)
-	c.ep.close() // the QP first: receives may be posted
-	c.mu.Lock()
-	c.freeRecvRingLocked()
-	c.mu.Unlock()
-	c.dev.bufReturned()
-}
-
-// freeRecvRingLocked returns the receive buffers to the pool; those lent to
-// the user go back when the user releases them (recycleRecv).
-func (c *Conn) freeRecvRingLocked() {
-	c.ringFreed = true
-	for i, b := range c.ep.recv {
-		if !c.lent[i] {
-			b.Free()
-		}
+// CloseWrite shuts down the writing side: the peer reads every byte written
+// before it and then io.EOF, and can still write back.
+func (c *Conn) CloseWrite() error {
+	if c.tcp != nil {
+		return c.tcp.closeWrite()
 	}
-}
-
-// broadcast wakes every waiter. Called with c.mu held.
-// Read and Write, the hot paths, each have one waiter at most (they hold
-// readMu / writeMu while they wait) and a signal channel that costs no
-// allocation; other waiters (Send, one-sided operations, close) share a
-// broadcast channel that is replaced only when someone waited on it.
-func (c *Conn) broadcast() {
-	select {
-	case c.rdSig <- struct{}{}:
-	default:
-	}
-	select {
-	case c.wrSig <- struct{}{}:
-	default:
-	}
-	c.wake.broadcast()
+	return c.wrap("close", c.closeWrite())
 }
 
 // Close closes the connection: blocked Reads and Writes return net.ErrClosed,
@@ -198,227 +103,7 @@ func (c *Conn) Close() error {
 	if c.tcp != nil {
 		return c.tcp.close()
 	}
-	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		close(c.closing)
-		c.broadcast()
-		c.mu.Unlock()
-		c.closeErr = c.shutdown()
-	})
-	if c.closeErr != nil {
-		return c.opError("close", c.closeErr)
-	}
-	return nil
-}
-
-func (c *Conn) shutdown() error {
-	// Writers saw c.closing and left; take writeMu so the FIN follows their data.
-	c.writeMu.Lock()
-	deadline := time.Now().Add(c.cfg.CloseTimeout)
-	finErr := c.sendFIN(c.cfg.CloseTimeout)
-	c.writeMu.Unlock()
-
-	// Wait until every send is acknowledged (delivered into the peer's
-	// buffers) and the peer has read every message lent to it.
-	var w poller.Waiter
-	c.mu.Lock()
-	for (c.sqInFlight > 0 || c.rvOut > 0) && !c.qpDown && c.closeWaitLocked(&w, deadline) {
-	}
-	deliveryErr := c.undeliveredLocked(finErr)
-	c.qpDownLocked()
-	c.disconnectLocked()
-	c.mu.Unlock()
-
-	// Let the completion loop collect the flushed work requests, then stop it.
-	flushDeadline := time.Now().Add(time.Second)
-	c.mu.Lock()
-	for (c.sqInFlight > 0 || c.recvPosted > 0) && c.closeWaitLocked(&w, flushDeadline) {
-	}
-	c.mu.Unlock()
-	w.End()
-	if err := c.release(); err != nil && deliveryErr == nil {
-		return err
-	}
-	return deliveryErr
-}
-
-// undeliveredLocked is Close's report on what it could not deliver: the
-// end of stream or data still unacknowledged when Config.CloseTimeout ran
-// out (a timeout), or lost to a peer that became unreachable. A peer that
-// closed or reset the connection itself is not an error (as for TCP).
-// Called with c.mu held, after the wait for acknowledgements.
-func (c *Conn) undeliveredLocked(finErr error) error {
-	var ct *closeTimeout
-	var tt *transportTimeout
-	switch {
-	case errors.As(finErr, &ct):
-		return finErr
-	case errors.As(c.werr, &tt):
-		return c.werr
-	case !c.qpDown && c.sqInFlight > 0:
-		return &closeTimeout{"data written before Close was not acknowledged by the peer"}
-	case !c.qpDown && c.rvOut > 0:
-		return &closeTimeout{"the peer did not read every large message sent before Close"}
-	}
-	return nil
-}
-
-// release detaches from the poller and destroys every object in reverse order.
-func (c *Conn) release() error {
-	c.mu.Lock()
-	c.released = true // from here on the poller's completions for us are ignored
-	c.stopKeepaliveLocked()
-	c.closeMessagesLocked()
-	exports := c.exports
-	c.exports = nil
-	// Buffers the NIC may still read or write (a send, a one-sided
-	// operation or a READ whose flush was not seen) are released only once
-	// the QP is destroyed, and outside c.mu: a received Buf sent on recycles
-	// into its connection, which takes c.mu.
-	var rel []buffer.Buf
-	rel = c.releaseRendezvousLocked(rel)
-	rel = c.releaseMessageSendsLocked(rel)
-	rel = c.releaseOpsLocked(rel)
-	c.mu.Unlock()
-	// Messages and notifications delivered but never received go back now
-	// (Messages() and Notifications() are closed, so this ends): a peer
-	// that sends and disconnects must not pin this side's memory.
-	for b := range c.mq.ch { // made and closed by closeMessagesLocked
-		b.Release()
-	}
-	for n := range c.nq.ch {
-		n.Release()
-	}
-	for e := range exports {
-		e.close()
-	}
-	if c.chanUser.Load() {
-		c.ep.poller.RemoveChannelUser()
-	}
-	c.dev.removeConn(c)
-	err := c.ep.close() // destroys the QP: nothing touches our memory after this
-	c.mu.Lock()
-	c.freeRecvRingLocked()
-	c.mu.Unlock()
-	for _, b := range rel {
-		b.Release()
-	}
-	c.dev.bufReturned() // the device may have been waiting for these
-	if c.ep.parkDev != nil {
-		// The QP, reset, goes to the device's pool at the id's
-		// TIMEWAIT_EXIT (qppool.go): the event loop ends here, and the id
-		// waits for it on the timewait channel, not on the Conn's own.
-		c.eventsStop()
-		<-c.eventsDone
-		c.ep.awaitTimewait(c.id, c.ch)
-	} else {
-		if derr := c.id.Destroy(); derr != nil && err == nil {
-			err = derr
-		}
-		c.ch.Close() // ends eventLoop
-		<-c.eventsDone
-	}
-	unregisterConn(c) // metrics: its counts join its device's totals
-	return err
-}
-
-// qpDownLocked moves the QP to ERR once, so outstanding work flushes.
-func (c *Conn) qpDownLocked() {
-	if c.qpDown {
-		return
-	}
-	c.qpDown = true
-	c.ep.toError()
-	c.broadcast()
-}
-
-// failLocked records a fatal error for both directions and takes the QP
-// down. A protocol violation is this side's verdict, which the peer's
-// healthy QP knows nothing of: the peer is told at once by a disconnect
-// request, since a QP in ERR answers nothing and the peer would otherwise
-// learn only when its sends ran out of retries, or wait in Close for
-// acknowledgements that never come. Other failures come from the device
-// or the transport, which the peer sees for itself; a disconnect request
-// sent through a port that is down also leaves Soft-RoCE's CM unable to
-// connect on that port after it comes back up (TestPortDown).
-func (c *Conn) failLocked(err error) {
-	if c.rerr == nil {
-		c.rerr = err
-	}
-	if c.werr == nil {
-		c.werr = err
-	}
-	c.qpDownLocked()
-	if errors.Is(err, ErrProtocol) {
-		c.disconnectLocked()
-	}
-}
-
-// disconnectLocked sends the peer a disconnect request, once, while the
-// rdma_cm id exists (release destroys it after setting c.released). The
-// peer's connection ends with ECONNRESET, or with end-of-stream if ours
-// sent one. An unreachable peer's disconnect times out in the kernel's
-// CM; the connection does not wait for it.
-func (c *Conn) disconnectLocked() {
-	if c.disconnected || c.released || c.id == nil { // nil: a Conn the fuzz targets build, with no rdma_cm id
-		return
-	}
-	c.disconnected = true
-	c.id.Disconnect()
-}
-
-// answerDisconnectLocked answers the peer's disconnect request with a
-// disconnect reply, even when this side sent its own request first: when
-// both sides' requests cross, the CM cancels ours and waits for this reply
-// (IB_CM_DREQ_RCVD), and without it neither id reaches timewait, so
-// neither reports TIMEWAIT_EXIT and the QP cannot return to the pool. After
-// a reply to our own request the call does nothing (the id is in timewait).
-func (c *Conn) answerDisconnectLocked() {
-	if c.released || c.id == nil {
-		return
-	}
-	c.disconnected = true
-	c.id.Disconnect()
-}
-
-// eventLoop handles CM events after the connection is up, until ctx is
-// done or the channel closed: the peer's disconnect (a close, or its
-// process dying) ends the connection.
-func (c *Conn) eventLoop(ctx context.Context) {
-	defer close(c.eventsDone)
-	for {
-		ev, err := c.ch.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, rdmacm.ErrChannelClosed) { // not our Close: the channel failed
-				c.mu.Lock()
-				c.failLocked(err)
-				c.mu.Unlock()
-			}
-			return
-		}
-		switch ev.Type {
-		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
-			c.mu.Lock()
-			if ev.Type == rdmacm.EventDeviceRemoval {
-				c.failLocked(&deviceFailed{msg: "the connection's RDMA device was removed (rdma link delete, driver unload " +
-					"or a fatal device error): dial again once a device serves the address"})
-			}
-			if c.werr == nil {
-				c.werr = syscall.ECONNRESET
-			}
-			// Receives completed before the disconnect stay readable; the
-			// flush marks the end (io.EOF if the peer sent end-of-stream).
-			c.qpDownLocked()
-			c.broadcast() // werr may be new though the QP was down already (a flush came first)
-			if ev.Type == rdmacm.EventDisconnected {
-				c.answerDisconnectLocked()
-			}
-			c.mu.Unlock()
-		case rdmacm.EventTimewaitExit:
-			c.ep.timewaitExit() // the QP may be reused (qppool.go)
-		}
-	}
+	return c.wrap("close", c.close())
 }
 
 // SetDeadline sets the read and write deadlines.
@@ -426,12 +111,7 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	if c.tcp != nil {
 		return c.tcp.setDeadline("set deadline", t, true, true)
 	}
-	if err := c.checkOpen("set deadline"); err != nil {
-		return err
-	}
-	c.rdDeadline.set(t)
-	c.wrDeadline.set(t)
-	return nil
+	return c.wrap("set deadline", c.setDeadline(t, true, true))
 }
 
 // SetReadDeadline sets the deadline for Read calls, pending and future.
@@ -439,11 +119,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.tcp != nil {
 		return c.tcp.setDeadline("set read deadline", t, true, false)
 	}
-	if err := c.checkOpen("set read deadline"); err != nil {
-		return err
-	}
-	c.rdDeadline.set(t)
-	return nil
+	return c.wrap("set read deadline", c.setDeadline(t, true, false))
 }
 
 // SetWriteDeadline sets the deadline for Write calls, pending and future.
@@ -451,26 +127,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	if c.tcp != nil {
 		return c.tcp.setDeadline("set write deadline", t, false, true)
 	}
-	if err := c.checkOpen("set write deadline"); err != nil {
-		return err
-	}
-	c.wrDeadline.set(t)
-	return nil
-}
-
-func (c *Conn) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
-func (c *Conn) checkOpen(op string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opError(op, net.ErrClosed)
-	}
-	return nil
+	return c.wrap("set write deadline", c.setDeadline(t, false, true))
 }
 
 // LocalAddr returns the local address.
@@ -478,7 +135,7 @@ func (c *Conn) LocalAddr() net.Addr {
 	if c.tcp != nil {
 		return c.tcp.laddr
 	}
-	return c.laddr
+	return c.localAddr()
 }
 
 // RemoteAddr returns the peer's address.
@@ -486,24 +143,341 @@ func (c *Conn) RemoteAddr() net.Addr {
 	if c.tcp != nil {
 		return c.tcp.raddr
 	}
-	return c.raddr
+	return c.remoteAddr()
 }
 
-func (c *Conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "rdma", Source: c.laddr, Addr: c.raddr, Err: err}
-}
-
-// writeErrLocked reports why writing is impossible now, or nil.
-func (c *Conn) writeErrLocked() error {
-	switch {
-	case c.closed:
-		return net.ErrClosed
-	case c.finSent:
-		return syscall.EPIPE // after CloseWrite, as for TCP
-	case c.werr != nil:
-		return c.werr
-	case c.wrDeadline.expired():
-		return os.ErrDeadlineExceeded
+// Transport returns the connection's transport: "rdma", or "tcp" for a
+// connection that fell back to TCP (see Fallback), as its addresses'
+// Network() say. (Stats counts RDMA work: over TCP its counters stay zero.)
+func (c *Conn) Transport() string {
+	if c.tcp != nil {
+		return "tcp"
 	}
-	return nil
+	return "rdma"
 }
+
+// FallbackReason returns why a connection dialed with Dialer.Fallback runs
+// over TCP (the RDMA attempt's error), or nil: an RDMA connection, or one
+// a fallback listener accepted over TCP.
+func (c *Conn) FallbackReason() error {
+	if c.tcp == nil {
+		return nil
+	}
+	return c.tcp.fallbackReason
+}
+
+// Stats returns the connection's counters.
+func (c *Conn) Stats() ConnStats {
+	if c.tcp != nil {
+		return c.tcp.stats()
+	}
+	return c.stats()
+}
+
+// QPInfo returns what the device holds for the connection's queue pair
+// (ibv_query_qp): the transport settings, the path MTU, the PSNs and the
+// state. It works after a transport error too (State is then "ERR"), until
+// Close; after Close it returns an error wrapping net.ErrClosed. It takes
+// a system call: for debugging, not for a hot path.
+func (c *Conn) QPInfo() (QPInfo, error) {
+	if c.tcp != nil {
+		return QPInfo{}, c.tcp.notRDMA("qp info")
+	}
+	info, err := c.qpInfo()
+	return info, c.wrap("qp info", err)
+}
+
+// The message view.
+
+// MaxMessageSize is the largest message Send accepts. Up to the peer's
+// receive buffer size a message is sent into a receive buffer; above it
+// (up to the largest pool buffer, 4 MiB by default, on devices with memory
+// windows) the peer reads it from the sender's buffer with one RDMA READ.
+// Either way it arrives whole and is never copied.
+func (c *Conn) MaxMessageSize() int {
+	if c.tcp != nil {
+		return c.tcp.peerMaxMsg
+	}
+	return c.maxMessageSize()
+}
+
+// Alloc returns a registered buffer of n bytes (up to the pool's largest
+// size class, 4 MiB by default) for Send, Export and the one-sided
+// operations. Bytes() has length n. Send takes at most MaxMessageSize bytes.
+func (c *Conn) Alloc(n int) (buffer.Buf, error) {
+	if c.tcp != nil {
+		return c.tcp.alloc(n)
+	}
+	b, err := c.alloc(n)
+	return b, c.wrap("alloc", err)
+}
+
+// Send sends b as one message without copying it. It waits (bounded by ctx
+// and the write deadline) for a credit, posts b and returns; b belongs to
+// the connection from the call on, whatever the outcome, and is released
+// once the NIC is done with it. The peer receives it whole on Messages().
+// A failure after posting ends the connection and shows in the next call.
+// b should come from this connection's Alloc (or a Conn's on the same
+// device); any other Buf is copied into one first.
+func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
+	if c.tcp != nil {
+		return c.tcp.send(ctx, b, false, 0)
+	}
+	return c.wrap("send", c.sendMessage(ctx, b, false, 0))
+}
+
+// PostSend is Send whose outcome (the NIC finished sending b, or an error)
+// also arrives on Completions() with id.
+func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.send(ctx, b, true, id)
+	}
+	return c.wrap("send", c.sendMessage(ctx, b, true, id))
+}
+
+// Messages delivers received messages, whole and in order, as Bufs the
+// receiver must Release. It is closed when the peer has finished (after its
+// last message) or the connection ends; Recv reports why.
+func (c *Conn) Messages() <-chan buffer.Buf {
+	if c.tcp != nil {
+		return c.tcp.msgs
+	}
+	return c.messages()
+}
+
+// Recv waits for the next message (bounded by ctx and the read deadline).
+// At the end it returns io.EOF, or the connection's error.
+func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
+	if c.tcp != nil {
+		return c.tcp.recv(ctx)
+	}
+	b, err := c.recv(ctx)
+	if err != nil {
+		err = c.wrap("recv", err)
+	}
+	return b, err
+}
+
+// One-sided access.
+
+// Export makes b (a Buf from Alloc) accessible to the peer with the given
+// rights until the Export is closed or the connection ends. The Export
+// holds a reference to b.
+//
+// On a device with type 2 memory windows (Soft-RoCE, mlx4, mlx5, most RoCE
+// NICs) the peer's key is a window bound to this connection's queue pair
+// over a registration of exactly b's bytes, with exactly the rights asked
+// for: it works on this connection only, for b's bytes only, and Close
+// (or the end of the connection) revokes it. Without windows the key is a
+// registration's, valid on every connection of the device: treat its
+// descriptor as a secret shared with one peer.
+//
+// RemoteAtomic lets the peer CompareAndSwap and FetchAdd the buffer's
+// 8-byte words; it needs a device with atomics on both sides and a peer
+// that announced them, else Export fails with an error wrapping
+// errors.ErrUnsupported.
+func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
+	if c.tcp != nil {
+		return nil, c.tcp.notRDMA("export")
+	}
+	e, err := c.export(b, access)
+	return e, c.wrap("export", err)
+}
+
+// Notifications delivers the peer's WriteRemoteImm notifications.
+func (c *Conn) Notifications() <-chan Notification {
+	if c.tcp != nil {
+		return c.tcp.notes
+	}
+	return c.notifications()
+}
+
+// RecvNotification waits for the next notification (bounded by ctx and the
+// read deadline), polling for it meanwhile as Recv does: lower latency than
+// a receive from Notifications(), which waits for the poller's thread. At
+// the end it returns io.EOF, or the connection's error.
+func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
+	if c.tcp != nil {
+		return Notification{}, c.tcp.notRDMA("recv notification")
+	}
+	n, err := c.recvNotification(ctx)
+	if err != nil {
+		err = c.wrap("recv notification", err)
+	}
+	return n, err
+}
+
+// Completions delivers the ends of PostSend, PostWriteRemote,
+// PostWriteRemoteImm, PostReadRemote, PostCompareAndSwap and PostFetchAdd
+// operations (the atomics' old values in OpCompletion.Value); it has room for every
+// one that can be in flight. The poller's goroutine feeds it: a caller that
+// waits for the ends itself does better with RecvCompletion.
+func (c *Conn) Completions() <-chan OpCompletion {
+	if c.tcp != nil {
+		return c.tcp.opDone
+	}
+	return c.completions()
+}
+
+// RecvCompletion waits for the end of the next PostSend, PostWriteRemote(Imm),
+// PostReadRemote or atomic's Post form, in the order they end (bounded by ctx and the read
+// deadline), polling for it meanwhile as Recv does: no hand-off from the
+// poller's goroutine, which Completions() needs. Ends not yet taken wait in
+// order; once Completions() was called they go to that channel, which this
+// then reads. After Close it returns the ends still queued, then
+// net.ErrClosed.
+//
+// Until the Completions() channel is taken, most asynchronous operations ask
+// the NIC for no completion of their own: a later one's reports them too (RC
+// completes in order), and RecvCompletion makes sure one is coming before it
+// waits. So an end, and the release of the operation's reference to its
+// local buffer, may wait for the next RecvCompletion or operation, or the
+// next keepalive check (Config.KeepAlive), whichever comes first.
+func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
+	if c.tcp != nil {
+		return c.tcp.recvCompletion(ctx)
+	}
+	oc, err := c.recvCompletion(ctx)
+	if err != nil {
+		err = c.wrap("recv completion", err)
+	}
+	return oc, err
+}
+
+// WriteRemote writes local's bytes into the peer's exported buffer at
+// offset, and returns when the NIC reports them placed.
+func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
+	return c.wrap("write remote", c.writeRemote(ctx, local, remote, offset, 0, false, false, 0))
+}
+
+// WriteRemoteImm is WriteRemote that also delivers imm on the peer's
+// Notifications() (it uses one of the peer's receive buffers, like a message).
+func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
+	return c.wrap("write remote", c.writeRemote(ctx, local, remote, offset, imm, true, false, 0))
+}
+
+// ReadRemote fills local from the peer's exported buffer at offset.
+func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("read remote")
+	}
+	return c.wrap("read remote", c.readRemote(ctx, local, remote, offset, false, 0))
+}
+
+// PostWriteRemote starts WriteRemote and returns; its end arrives on
+// Completions() with id. The connection holds its own reference to local
+// until then, so the caller may Release it at once, but its bytes must stay
+// untouched until the completion arrives.
+func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
+	return c.wrap("write remote", c.writeRemote(context.Background(), local, remote, offset, 0, false, true, id))
+}
+
+// PostWriteRemoteImm starts WriteRemoteImm and returns once it is posted;
+// its end arrives on Completions() (or RecvCompletion) with id, as for
+// PostWriteRemote. It waits, bounded by ctx, only for a credit (the peer's
+// receive buffer its notification takes), as PostSend does. A request
+// answered by the peer's own write with an immediate needs no wait for the
+// request's end before waiting for the answer (RecvNotification).
+func (c *Conn) PostWriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("write remote")
+	}
+	return c.wrap("write remote", c.writeRemote(ctx, local, remote, offset, imm, true, true, id))
+}
+
+// PostReadRemote starts ReadRemote; its end arrives on Completions() with id.
+func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("read remote")
+	}
+	return c.wrap("read remote", c.readRemote(context.Background(), local, remote, offset, true, id))
+}
+
+// CompareAndSwap compares the 8-byte word at offset in the peer's export
+// with compare and, if equal, replaces it with swap, atomically in the
+// peer's NIC; it returns the word's value before (equal to compare when
+// the swap took place). It waits, like ReadRemote, for the NIC's answer
+// (bounded by ctx and the write deadline).
+//
+// offset must be a multiple of 8 inside the descriptor's range, and the
+// export must have been given RemoteAtomic; a misaligned or out-of-range
+// offset is refused here (ErrRemoteAccess) before anything is posted, and
+// the connection is unharmed. A descriptor the peer's NIC refuses (no
+// RemoteAtomic, another connection's, a closed export) fails with
+// ErrRemoteAccess and, as RC requires, ends the connection. Where either
+// device has no atomics, or the peer runs a release without them, the
+// call fails at once with an error wrapping errors.ErrUnsupported; on a
+// TCP-backed connection it returns ErrNotRDMA.
+func (c *Conn) CompareAndSwap(ctx context.Context, remote RemoteBuf, offset, compare, swap uint64) (uint64, error) {
+	if c.tcp != nil {
+		return 0, c.tcp.notRDMA("compare and swap")
+	}
+	old, err := c.compareAndSwap(ctx, remote, offset, compare, swap, false, 0)
+	return old, c.wrap("compare and swap", err)
+}
+
+// FetchAdd adds add to the 8-byte word at offset in the peer's export,
+// atomically in the peer's NIC (wrapping modulo 2^64), and returns the
+// word's value before. Its rules are CompareAndSwap's.
+func (c *Conn) FetchAdd(ctx context.Context, remote RemoteBuf, offset, add uint64) (uint64, error) {
+	if c.tcp != nil {
+		return 0, c.tcp.notRDMA("fetch and add")
+	}
+	old, err := c.fetchAdd(ctx, remote, offset, add, false, 0)
+	return old, c.wrap("fetch and add", err)
+}
+
+// PostCompareAndSwap starts CompareAndSwap and returns once it is posted;
+// its end arrives on Completions() (or RecvCompletion) with id, the old
+// value in OpCompletion.Value. More atomics and READs may be posted than
+// the connection's READ depth (Config.ReadDepth): the NIC holds the extra
+// ones until answers return; none fails for it.
+func (c *Conn) PostCompareAndSwap(remote RemoteBuf, offset, compare, swap, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("compare and swap")
+	}
+	_, err := c.compareAndSwap(context.Background(), remote, offset, compare, swap, true, id)
+	return c.wrap("compare and swap", err)
+}
+
+// PostFetchAdd starts FetchAdd; its end arrives on Completions() (or
+// RecvCompletion) with id, the old value in OpCompletion.Value.
+func (c *Conn) PostFetchAdd(remote RemoteBuf, offset, add, id uint64) error {
+	if c.tcp != nil {
+		return c.tcp.notRDMA("fetch and add")
+	}
+	_, err := c.fetchAdd(context.Background(), remote, offset, add, true, id)
+	return c.wrap("fetch and add", err)
+}
+
+// Export is a buffer the peer may access (Conn.Export).
+type Export struct {
+	remote   RemoteBuf
+	exported // the registration and window behind it (onesided.go); none without RDMA (engine_stub.go)
+}
+
+// Remote is the descriptor to hand to the peer.
+func (e *Export) Remote() RemoteBuf { return e.remote }
+
+// Close ends remote access and releases the Export's reference to the Buf.
+func (e *Export) Close() error { return e.revoke() }
+
+// Notification is a WriteRemoteImm the peer completed into our memory.
+// Release it when handled: it holds a receive buffer (and the peer's credit).
+type Notification struct {
+	Imm uint32 // the peer's immediate value
+	Len int    // bytes the peer wrote
+	buf buffer.Buf
+}
+
+// Release returns the notification's receive buffer to the connection.
+func (n Notification) Release() error { return n.buf.Release() }

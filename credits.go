@@ -27,7 +27,7 @@ import (
 // A 1.0/1.1 peer spends a credit on each credit update it receives and
 // earns one back when it reposts it: there at least 2 must be pending, so
 // that a lone update's receive never triggers an update in return.
-func (c *Conn) creditsUrgentLocked() bool {
+func (c *engine) creditsUrgentLocked() bool {
 	min := 1
 	if c.features&wire.FeatureControlReserve == 0 {
 		min = 2
@@ -39,7 +39,7 @@ func (c *Conn) creditsUrgentLocked() bool {
 // receiver about to sleep must not sit on credits its peer may be waiting
 // for (the last one before a wait, as for signaled sends). If a credit
 // update is in flight already, its completion sends the rest.
-func (c *Conn) flushCredits() {
+func (c *engine) flushCredits() {
 	c.mu.Lock()
 	if c.pending > 0 && !c.qpDown && c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
@@ -49,7 +49,7 @@ func (c *Conn) flushCredits() {
 
 // maybeSendCreditsLocked returns pending credits in a credit update when
 // the peer may need them (creditsUrgentLocked).
-func (c *Conn) maybeSendCreditsLocked() {
+func (c *engine) maybeSendCreditsLocked() {
 	if c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
 	}
@@ -65,7 +65,7 @@ func (c *Conn) maybeSendCreditsLocked() {
 // left for it. End of stream and the uncredited messages ask for their
 // completion (Close waits for every send to retire; the next uncredited
 // one waits for the previous). Called with c.mu held.
-func (c *Conn) sendCtlLocked(kind wire.Kind) bool {
+func (c *engine) sendCtlLocked(kind wire.Kind) bool {
 	if c.qpDown || c.sqUsedLocked() >= c.ep.sqDepth {
 		return false
 	}

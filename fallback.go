@@ -187,26 +187,6 @@ func tcpDialErr(err error) error {
 	return err
 }
 
-// Transport returns the connection's transport: "rdma", or "tcp" for a
-// connection that fell back to TCP (see Fallback), as its addresses'
-// Network() say. (Stats counts RDMA work: over TCP its counters stay zero.)
-func (c *Conn) Transport() string {
-	if c.tcp != nil {
-		return "tcp"
-	}
-	return "rdma"
-}
-
-// FallbackReason returns why a connection dialed with Dialer.Fallback runs
-// over TCP (the RDMA attempt's error), or nil: an RDMA connection, or one
-// a fallback listener accepted over TCP.
-func (c *Conn) FallbackReason() error {
-	if c.tcp == nil {
-		return nil
-	}
-	return c.tcp.fallbackReason
-}
-
 // fallbackListener is a *Listener with ListenConfig.Fallback: rdma_cm (if
 // it could listen) and TCP on one port, accepted through one queue.
 type fallbackListener struct {

@@ -26,18 +26,18 @@ import (
 //   - Device fatal: every connection on the device fails, listeners bound
 //     to it fail Accept, and dials on it fail fast.
 //
-// Device removal comes as a CM event to each cm_id (conn.go's eventLoop,
-// listener.go's loop). Every event is counted (ConnStats.DeviceEvents).
+// Device removal comes as a CM event to each cm_id (engine.go's eventLoop,
+// acceptor.go's loop). Every event is counted (ConnStats.DeviceEvents).
 
 // faultState is a device's record of its faults and of what they affect,
 // guarded by its own mutex (events arrive on the device's reader goroutine;
 // connections come and go under devices.mu and their own locks).
 type faultState struct {
 	fmu     sync.Mutex
-	conns   map[*Conn]struct{} // live connections on the device
-	portErr map[uint8]error    // ports that are down
-	fatal   error              // the device reported a fatal error
-	events  atomic.Uint64      // async events seen
+	conns   map[*engine]struct{} // live connections on the device
+	portErr map[uint8]error      // ports that are down
+	fatal   error                // the device reported a fatal error
+	events  atomic.Uint64        // async events seen
 	async   *verbs.AsyncReader
 	asyncWG sync.WaitGroup
 }
@@ -50,19 +50,19 @@ var fatalDevices = map[uintptr]error{}
 // listeners bound to one device (by context key), failed with it.
 var boundListeners struct {
 	mu sync.Mutex
-	m  map[*Listener]uintptr
+	m  map[*acceptor]uintptr
 }
 
-func registerListener(l *Listener, key uintptr) {
+func registerListener(l *acceptor, key uintptr) {
 	boundListeners.mu.Lock()
 	defer boundListeners.mu.Unlock()
 	if boundListeners.m == nil {
-		boundListeners.m = make(map[*Listener]uintptr)
+		boundListeners.m = make(map[*acceptor]uintptr)
 	}
 	boundListeners.m[l] = key
 }
 
-func unregisterListener(l *Listener) {
+func unregisterListener(l *acceptor) {
 	boundListeners.mu.Lock()
 	defer boundListeners.mu.Unlock()
 	delete(boundListeners.m, l)
@@ -70,7 +70,7 @@ func unregisterListener(l *Listener) {
 
 // startFaults starts reading the device's async events.
 func (d *device) startFaults() error {
-	d.conns = make(map[*Conn]struct{})
+	d.conns = make(map[*engine]struct{})
 	d.portErr = make(map[uint8]error)
 	r, err := d.ctx.OpenAsyncEvents()
 	if err != nil {
@@ -98,13 +98,13 @@ func (d *device) stopFaults() {
 	}
 }
 
-func (d *device) addConn(c *Conn) {
+func (d *device) addConn(c *engine) {
 	d.fmu.Lock()
 	d.conns[c] = struct{}{}
 	d.fmu.Unlock()
 }
 
-func (d *device) removeConn(c *Conn) {
+func (d *device) removeConn(c *engine) {
 	d.fmu.Lock()
 	delete(d.conns, c)
 	d.fmu.Unlock()
@@ -132,7 +132,7 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 	switch ev.Type {
 	case verbs.EventQPFatal, verbs.EventQPReqErr, verbs.EventQPAccessErr, verbs.EventPathMigErr:
 		err := fmt.Errorf("device %s reported %v (the connection's queue pair failed): %w", name, ev, syscall.ECONNABORTED)
-		d.failWhere(err, func(c *Conn) bool { return c.ep.qp.Num == ev.QPN })
+		d.failWhere(err, func(c *engine) bool { return c.ep.qp.Num == ev.QPN })
 	case verbs.EventCQErr:
 		err := fmt.Errorf("device %s reported %v (a completion queue overrun or failure): %w", name, ev, syscall.ECONNABORTED)
 		for _, p := range d.pollers.Pollers() {
@@ -146,7 +146,7 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 		d.fmu.Lock()
 		d.portErr[ev.Port] = err
 		d.fmu.Unlock()
-		d.failWhere(err, func(c *Conn) bool { return c.port == ev.Port })
+		d.failWhere(err, func(c *engine) bool { return c.port == ev.Port })
 	case verbs.EventPortActive:
 		d.fmu.Lock()
 		delete(d.portErr, ev.Port)
@@ -185,9 +185,9 @@ func (d *device) failAll(err error) {
 	devices.mu.Lock()
 	fatalDevices[d.key] = err
 	devices.mu.Unlock()
-	d.failWhere(err, func(*Conn) bool { return true })
+	d.failWhere(err, func(*engine) bool { return true })
 	boundListeners.mu.Lock()
-	var ls []*Listener
+	var ls []*acceptor
 	for l, key := range boundListeners.m {
 		if key == d.key {
 			ls = append(ls, l)
@@ -202,13 +202,13 @@ func (d *device) failAll(err error) {
 // pollerFailed is the pollers' OnFail: the connections on a failed
 // poller's CQ get no more completions.
 func (d *device) pollerFailed(p *poller.Poller, err error) {
-	d.failWhere(err, func(c *Conn) bool { return c.ep.poller == p })
+	d.failWhere(err, func(c *engine) bool { return c.ep.poller == p })
 }
 
 // failWhere fails the device's connections that match.
-func (d *device) failWhere(err error, match func(*Conn) bool) {
+func (d *device) failWhere(err error, match func(*engine) bool) {
 	d.fmu.Lock()
-	var hit []*Conn
+	var hit []*engine
 	for c := range d.conns {
 		if match(c) {
 			hit = append(hit, c)
@@ -222,7 +222,7 @@ func (d *device) failWhere(err error, match func(*Conn) bool) {
 
 // failAsync fails the connection from outside its completions (a device
 // fault): every blocked call returns err, as later calls do.
-func (c *Conn) failAsync(err error) {
+func (c *engine) failAsync(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.released {

@@ -22,7 +22,7 @@ import (
 // receive buffer come by rendezvous). Announcing fewer credits than the
 // receives posted is safe, so a window beyond the 16-bit field would be
 // announced as 65535.
-func (c *Conn) hello() []byte {
+func (c *engine) hello() []byte {
 	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: c.announced(),
 		Credits: uint16(min(c.window, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
 		MaxMsgSize: uint32(c.maxRecvMessage())}
@@ -180,7 +180,7 @@ const confirmAfter = 50 * time.Millisecond
 // it), and its arrival lets the listener establish at once
 // (awaitEstablished). Peers without the control-message reserve are left
 // to the CM's retries.
-func (c *Conn) confirmEstablished() {
+func (c *engine) confirmEstablished() {
 	if c.features&wire.FeatureControlReserve == 0 {
 		return
 	}

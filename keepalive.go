@@ -74,7 +74,7 @@ func (b *probeBudget) take(now time.Time, burst int) bool {
 
 // startKeepalive arms the keepalive timer if both sides negotiated the
 // feature and the Config enables it. Called once the connection is up.
-func (c *Conn) startKeepalive() {
+func (c *engine) startKeepalive() {
 	if c.cfg.KeepAlive <= 0 || c.features&wire.FeatureControlReserve == 0 {
 		return
 	}
@@ -86,7 +86,7 @@ func (c *Conn) startKeepalive() {
 }
 
 // stopKeepaliveLocked stops the timer for good. Called with c.mu held.
-func (c *Conn) stopKeepaliveLocked() {
+func (c *engine) stopKeepaliveLocked() {
 	if c.kaTimer != nil {
 		c.kaTimer.Stop()
 	}
@@ -94,7 +94,7 @@ func (c *Conn) stopKeepaliveLocked() {
 
 // keepaliveTick runs when the connection may have been silent for the
 // keepalive interval: it probes if so, and re-arms for the next check.
-func (c *Conn) keepaliveTick() {
+func (c *engine) keepaliveTick() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.qpDown || c.released {
@@ -136,7 +136,7 @@ func (c *Conn) keepaliveTick() {
 //     cannot be more than the receives posted (a probe that finds none is
 //     refused with an RNR NAK and its sender sends no other until it
 //     completes).
-func (c *Conn) controlAllowedLocked(kind wire.Kind, credits uint32) bool {
+func (c *engine) controlAllowedLocked(kind wire.Kind, credits uint32) bool {
 	if kind == wire.KindCredit {
 		if credits == 0 {
 			c.failLocked(fmt.Errorf("%w: peer sent a credit update that returns no credit", ErrProtocol))

@@ -45,7 +45,7 @@ func (q *lendQueue[T]) chanLocked() chan T {
 // userChan hands q's channel to the user (Messages, Notifications,
 // Completions): the poller keeps delivering for a user who may wait on it
 // without calling into the library, and what waits in the ring goes first.
-func userChan[T any](c *Conn, q *lendQueue[T]) <-chan T {
+func userChan[T any](c *engine, q *lendQueue[T]) <-chan T {
 	c.channelUser()
 	if !q.viaChan.Load() {
 		c.mu.Lock()

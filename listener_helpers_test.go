@@ -10,9 +10,9 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
-// acceptor accepts from a listener in the background until it closes and
+// backgroundAccept accepts from a listener in the background until it closes and
 // keeps what it accepted, for tests whose peers dial many connections.
-type acceptor struct {
+type backgroundAccept struct {
 	ln       *Listener
 	mu       sync.Mutex
 	accepted []*Conn
@@ -20,8 +20,8 @@ type acceptor struct {
 }
 
 // acceptAll starts accepting from ln.
-func acceptAll(ln *Listener) *acceptor {
-	a := &acceptor{ln: ln, done: make(chan struct{})}
+func acceptAll(ln *Listener) *backgroundAccept {
+	a := &backgroundAccept{ln: ln, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
 		for {
@@ -38,7 +38,7 @@ func acceptAll(ln *Listener) *acceptor {
 }
 
 // conns returns the connections accepted so far.
-func (a *acceptor) conns() []*Conn {
+func (a *backgroundAccept) conns() []*Conn {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return append([]*Conn(nil), a.accepted...)
@@ -46,7 +46,7 @@ func (a *acceptor) conns() []*Conn {
 
 // peerOf waits until the connection whose remote address is c's local
 // address has been accepted and returns it; nil if ctx ends first.
-func (a *acceptor) peerOf(ctx context.Context, c *Conn) *Conn {
+func (a *backgroundAccept) peerOf(ctx context.Context, c *Conn) *Conn {
 	for ctx.Err() == nil {
 		for _, s := range a.conns() {
 			if s.RemoteAddr().String() == c.LocalAddr().String() {
@@ -60,7 +60,7 @@ func (a *acceptor) peerOf(ctx context.Context, c *Conn) *Conn {
 
 // closeAll closes the listener, waits for the accepting goroutine and
 // closes every accepted connection. Idempotent.
-func (a *acceptor) closeAll() {
+func (a *backgroundAccept) closeAll() {
 	a.ln.Close()
 	<-a.done
 	a.mu.Lock()
@@ -77,7 +77,7 @@ func (a *acceptor) closeAll() {
 // side reads it), then sends a message of size bytes starting with msg and
 // receives the server side's echo of it. It returns the client and the
 // server side of its connection; the caller closes the client.
-func wellBehavedEcho(t *testing.T, ln *Listener, a *acceptor, msg string, size int) (c, srv *Conn) {
+func wellBehavedEcho(t *testing.T, ln *Listener, a *backgroundAccept, msg string, size int) (c, srv *Conn) {
 	t.Helper()
 	d := Dialer{Config: Config{HandshakeTimeout: 5 * time.Second}, Fallback: &Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))

@@ -51,13 +51,13 @@ type messageState struct {
 
 // recvSlot returns a receive buffer lent to the user to the connection.
 type recvSlot struct {
-	c   *Conn
+	c   *engine
 	idx int
 }
 
 func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
-func (c *Conn) initMessages() {
+func (c *engine) initMessages() {
 	n := c.ep.maxRecv
 	c.mq = newLendQueue[buffer.Buf](n)   // at most n receive buffers can be lent at once
 	c.nq = newLendQueue[Notification](n) // likewise
@@ -76,7 +76,7 @@ func (c *Conn) initMessages() {
 // initSendSlotsLocked makes the message view's send slots at the first
 // Send (or PostSend): a connection that only streams never needs them.
 // Called with c.mu held.
-func (c *Conn) initSendSlotsLocked() {
+func (c *engine) initSendSlotsLocked() {
 	if c.msgSend != nil {
 		return
 	}
@@ -89,82 +89,47 @@ func (c *Conn) initSendSlotsLocked() {
 	}
 }
 
-// MaxMessageSize is the largest message Send accepts. Up to the peer's
-// receive buffer size a message is sent into a receive buffer; above it
-// (up to the largest pool buffer, 4 MiB by default, on devices with memory
-// windows) the peer reads it from the sender's buffer with one RDMA READ.
-// Either way it arrives whole and is never copied.
-func (c *Conn) MaxMessageSize() int {
-	if c.tcp != nil {
-		return c.tcp.peerMaxMsg
-	}
+// maxMessageSize is Conn.MaxMessageSize on the engine.
+func (c *engine) maxMessageSize() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.peerMaxMsg
 }
 
-// Alloc returns a registered buffer of n bytes (up to the pool's largest
-// size class, 4 MiB by default) for Send, Export and the one-sided
-// operations. Bytes() has length n. Send takes at most MaxMessageSize bytes.
-func (c *Conn) Alloc(n int) (buffer.Buf, error) {
-	if c.tcp != nil {
-		return c.tcp.alloc(n)
-	}
+// alloc is Conn.Alloc on the engine.
+func (c *engine) alloc(n int) (buffer.Buf, error) {
 	if c.isClosed() {
-		return buffer.Buf{}, c.opError("alloc", net.ErrClosed)
+		return buffer.Buf{}, net.ErrClosed
 	}
 	b, err := c.dev.pool.Get(n)
 	if errors.Is(err, buffer.ErrExhausted) {
 		err = fmt.Errorf("%w; the limit is Config.PoolMaxBytes of the device's first connection", err)
 	}
 	if err != nil {
-		return buffer.Buf{}, c.opError("alloc", err)
+		return buffer.Buf{}, err
 	}
 	return b, nil
 }
 
-// Send sends b as one message without copying it. It waits (bounded by ctx
-// and the write deadline) for a credit, posts b and returns; b belongs to
-// the connection from the call on, whatever the outcome, and is released
-// once the NIC is done with it. The peer receives it whole on Messages().
-// A failure after posting ends the connection and shows in the next call.
-// b should come from this connection's Alloc (or a Conn's on the same
-// device); any other Buf is copied into one first.
-func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
-	if c.tcp != nil {
-		return c.tcp.send(ctx, b, false, 0)
-	}
+// sendMessage is Send (async: PostSend with id) on the engine: b belongs
+// to the connection from here on, whatever the outcome.
+func (c *engine) sendMessage(ctx context.Context, b buffer.Buf, async bool, id uint64) error {
 	n := b.Len()
 	b, err := c.ownBuf(b)
 	if err != nil {
-		return c.opError("send", err)
+		return err
 	}
-	if err := c.send(ctx, b, false, 0); err != nil {
+	if err := c.send(ctx, b, async, id); err != nil {
 		b.Release()
-		return c.opError("send", err)
+		return err
 	}
 	c.counts.sent(n)
 	return nil
 }
 
-// PostSend is Send whose outcome (the NIC finished sending b, or an error)
-// also arrives on Completions() with id.
-func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
-	if c.tcp != nil {
-		return c.tcp.send(ctx, b, true, id)
-	}
-	n := b.Len()
-	b, err := c.ownBuf(b)
-	if err != nil {
-		return c.opError("send", err)
-	}
-	if err := c.send(ctx, b, true, id); err != nil {
-		b.Release()
-		return c.opError("send", err)
-	}
-	c.counts.sent(n)
-	return nil
-}
+func (c *engine) messages() <-chan buffer.Buf { return userChan(c, &c.mq) }
+
+func (c *engine) recv(ctx context.Context) (buffer.Buf, error) { return receive(c, ctx, &c.mq) }
 
 // ownBuf returns b if it is a buffer of this connection's device pool, or
 // else a copy of it in one (b is then released): the NIC can only send
@@ -172,7 +137,7 @@ func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
 // from another pool (another device's connection, a TCP-backed Conn's, a
 // buffer.Pool of the application's) has no keys here. Zero-copy only for
 // the connection's own buffers (Alloc). On error b is released.
-func (c *Conn) ownBuf(b buffer.Buf) (buffer.Buf, error) {
+func (c *engine) ownBuf(b buffer.Buf) (buffer.Buf, error) {
 	if !b.Valid() || c.dev.pool.Owns(b) {
 		return b, nil
 	}
@@ -187,7 +152,7 @@ func (c *Conn) ownBuf(b buffer.Buf) (buffer.Buf, error) {
 	return nb, nil
 }
 
-func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) error {
+func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) error {
 	if !b.Valid() {
 		return buffer.ErrReleased
 	}
@@ -281,34 +246,15 @@ func (c *Conn) send(ctx context.Context, b buffer.Buf, async bool, id uint64) er
 	return nil
 }
 
-// Messages delivers received messages, whole and in order, as Bufs the
-// receiver must Release. It is closed when the peer has finished (after its
-// last message) or the connection ends; Recv reports why.
-func (c *Conn) Messages() <-chan buffer.Buf {
-	if c.tcp != nil {
-		return c.tcp.msgs
-	}
-	return userChan(c, &c.mq)
-}
-
 // channelUser records that the user may wait on one of the connection's
 // delivery channels without calling into the library, so the poller must
 // keep delivering even while other callers drive the CQ (see poller.Poller.
 // AddChannelUser). Recv and RecvNotification drive the CQ themselves and
 // do not count.
-func (c *Conn) channelUser() {
+func (c *engine) channelUser() {
 	if !c.chanUser.Load() && c.chanUser.CompareAndSwap(false, true) {
 		c.ep.poller.AddChannelUser()
 	}
-}
-
-// Recv waits for the next message (bounded by ctx and the read deadline).
-// At the end it returns io.EOF, or the connection's error.
-func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
-	if c.tcp != nil {
-		return c.tcp.recv(ctx)
-	}
-	return receive(c, ctx, &c.mq, "recv")
 }
 
 // receive takes the next value from q, one of the queues the poller
@@ -317,7 +263,7 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 // polls the completion queue itself, as Read does: a completion handled on
 // the waiting goroutine needs no wake-up of the poller's thread and no
 // handoff.
-func receive[T any](c *Conn, ctx context.Context, q *lendQueue[T], op string) (T, error) {
+func receive[T any](c *engine, ctx context.Context, q *lendQueue[T]) (T, error) {
 	var w poller.Waiter
 	defer w.End()
 	var zero T
@@ -337,10 +283,10 @@ again:
 		switch {
 		case c.closed:
 			c.mu.Unlock()
-			return zero, c.opError(op, net.ErrClosed)
+			return zero, net.ErrClosed
 		case !viaChan && q.ended:
 			c.mu.Unlock()
-			return received(c, op, zero, false)
+			return received(c, zero, false)
 		}
 		if !viaChan && w.Started() && !w.Spinning() {
 			// About to park: the wake channel is taken in the critical
@@ -351,15 +297,15 @@ again:
 		if viaChan {
 			select {
 			case v, ok := <-q.ch:
-				return received(c, op, v, ok)
+				return received(c, v, ok)
 			default:
 			}
 		}
 		if ctx != nil && ctx.Err() != nil {
-			return zero, c.opError(op, ctx.Err())
+			return zero, ctx.Err()
 		}
 		if c.rdDeadline.expired() {
-			return zero, c.opError(op, os.ErrDeadlineExceeded)
+			return zero, os.ErrDeadlineExceeded
 		}
 		if wake != nil || viaChan && w.Started() && !w.Spinning() {
 			break
@@ -377,22 +323,22 @@ again:
 	}
 	select {
 	case v, ok := <-ch:
-		return received(c, op, v, ok)
+		return received(c, v, ok)
 	case <-wake:
 		w.End() // a new wait, with a new spin budget
 		goto again
 	case <-c.rdDeadline.wait():
-		return zero, c.opError(op, os.ErrDeadlineExceeded)
+		return zero, os.ErrDeadlineExceeded
 	case <-c.closing:
-		return zero, c.opError(op, net.ErrClosed)
+		return zero, net.ErrClosed
 	case <-done:
-		return zero, c.opError(op, ctx.Err())
+		return zero, ctx.Err()
 	}
 }
 
 // received is the outcome of a receive from ch: v, or, if ch was closed,
 // why (Messages() and Notifications() close at the end of the connection).
-func received[T any](c *Conn, op string, v T, ok bool) (T, error) {
+func received[T any](c *engine, v T, ok bool) (T, error) {
 	if ok {
 		c.windowTaken()
 		return v, nil
@@ -402,11 +348,11 @@ func received[T any](c *Conn, op string, v T, ok bool) (T, error) {
 	defer c.mu.Unlock()
 	switch {
 	case c.closed:
-		return zero, c.opError(op, net.ErrClosed)
+		return zero, net.ErrClosed
 	case c.eof:
 		return zero, io.EOF
 	case c.rerr != nil:
-		return zero, c.opError(op, c.rerr)
+		return zero, c.rerr
 	}
 	return zero, io.EOF
 }
@@ -414,7 +360,7 @@ func received[T any](c *Conn, op string, v T, ok bool) (T, error) {
 // deliverMessageLocked lends receive buffer idx to the user, or queues it
 // behind a large message still being read. The channel has room for every
 // receive buffer, so this never blocks the poller.
-func (c *Conn) deliverMessageLocked(idx, n int) {
+func (c *engine) deliverMessageLocked(idx, n int) {
 	b := c.ep.recv[idx]
 	b.SetLen(n)
 	c.lent[idx] = true
@@ -427,7 +373,7 @@ func (c *Conn) deliverMessageLocked(idx, n int) {
 
 // recycleRecv takes back a lent receive buffer (the user released it) and
 // reposts it, which returns its credit to the peer.
-func (c *Conn) recycleRecv(idx int, b buffer.Buf) {
+func (c *engine) recycleRecv(idx int, b buffer.Buf) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lent[idx] = false
@@ -452,7 +398,7 @@ func (c *Conn) recycleRecv(idx int, b buffer.Buf) {
 // them, so closing under c.mu is safe.
 // What waits in a ring closes the channel later (lendQueue.end); release
 // hands it to the channel, which it drains.
-func (c *Conn) closeMessagesLocked() {
+func (c *engine) closeMessagesLocked() {
 	if !c.msgsClosed {
 		c.msgsClosed = true
 		c.mq.end()
@@ -468,7 +414,7 @@ func (c *Conn) closeMessagesLocked() {
 // releaseMessageSendsLocked ends the sends in flight at release: an
 // asynchronous one's completion reports net.ErrClosed, and its buffer joins
 // rel, released once the QP is destroyed (the NIC may still read it).
-func (c *Conn) releaseMessageSendsLocked(rel []buffer.Buf) []buffer.Buf {
+func (c *engine) releaseMessageSendsLocked(rel []buffer.Buf) []buffer.Buf {
 	for i, b := range c.msgSend {
 		if b.Valid() {
 			if c.msgAsync[i] {

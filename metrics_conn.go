@@ -5,6 +5,7 @@ package rdma
 import (
 	"sync/atomic"
 
+	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -55,7 +56,7 @@ func (k *connCounters) creditCheck(noCredit bool) {
 // countCompletions is the connection's completion handler as the poller
 // sees it: it counts the payload that arrived in wcs, then applies them
 // (handleCompletions).
-func (c *Conn) countCompletions(wcs []verbs.WC) {
+func (c *engine) countCompletions(wcs []verbs.WC) {
 	bytes, msgs := countArrived(wcs)
 	if bytes > 0 {
 		c.counts.bytesReceived.Add(bytes)
@@ -100,14 +101,14 @@ func countArrived(wcs []verbs.WC) (bytes, msgs uint64) {
 // registerConn adds an established connection to the process's metrics;
 // unregisterConn removes it once closed, keeping its counts in its
 // device's totals.
-func registerConn(c *Conn)   { metricsReg.addConn(c, c.dev) }
-func unregisterConn(c *Conn) { metricsReg.removeConn(c) }
+func registerConn(c *engine)   { metricsReg.addConn(c, c.dev) }
+func unregisterConn(c *engine) { metricsReg.removeConn(c) }
 
-func (c *Conn) metricsDevice() string { return c.dev.ctx.Name() }
+func (c *engine) metricsDevice() string { return c.dev.ctx.Name() }
 
 // readCounters adds the connection's own counts: its QP's posts and its
 // payload, messages and stalls (the poller counts are the device's).
-func (c *Conn) readCounters(k *Counters) {
+func (c *engine) readCounters(k *Counters) {
 	k.BytesSent += c.counts.bytesSent.Load()
 	k.BytesReceived += c.counts.bytesReceived.Load()
 	k.MessagesSent += c.counts.msgsSent.Load()
@@ -139,4 +140,33 @@ func (d *device) metricsGone() bool {
 	devices.mu.Lock()
 	defer devices.mu.Unlock()
 	return devices.m[d.key] != d
+}
+
+// postStats is the post counters of q, the part of a ConnStats a QP keeps.
+func postStats(q *verbs.QP) ConnStats {
+	calls, wrs := q.PostStats()
+	pc := q.PostCounts()
+	return ConnStats{PostCalls: calls, WorkRequests: wrs,
+		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
+		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs}
+}
+
+// pollerStats is the part of a ConnStats a poller keeps.
+func pollerStats(ps poller.Stats) *ConnStats {
+	return &ConnStats{PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
+		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
+}
+
+func (c *engine) keepaliveProbes() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.probes
+}
+
+// stats is Conn.Stats on the engine.
+func (c *engine) stats() ConnStats {
+	st := postStats(c.ep.qp)
+	st.add(pollerStats(c.ep.poller.Stats()))
+	st.KeepaliveProbes, st.DeviceEvents, st.BufferBytes = c.keepaliveProbes(), c.dev.events.Load(), c.ringBytes()
+	return st
 }

@@ -35,77 +35,18 @@ import (
 // completion is sure to fit Completions(). Only the poller sends on it
 // (under c.mu, held here) and the user only takes from it, so the check
 // stays true until the operation is posted.
-func (c *Conn) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < c.oq.size }
+func (c *engine) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < c.oq.size }
 
-// Export is a buffer the peer may access.
-type Export struct {
-	c      *Conn
-	buf    buffer.Buf
-	mr     *verbs.MR
-	mw     *verbs.MW // nil on a device without type 2 memory windows
-	remote RemoteBuf
-	once   sync.Once
-	err    error
-}
-
-// Export makes b (a Buf from Alloc) accessible to the peer with the given
-// rights until the Export is closed or the connection ends. The Export
-// holds a reference to b.
-//
-// On a device with type 2 memory windows (Soft-RoCE, mlx4, mlx5, most RoCE
-// NICs) the peer's key is a window bound to this connection's queue pair
-// over a registration of exactly b's bytes, with exactly the rights asked
-// for: it works on this connection only, for b's bytes only, and Close
-// (or the end of the connection) revokes it. Without windows the key is a
-// registration's, valid on every connection of the device: treat its
-// descriptor as a secret shared with one peer.
-//
-// RemoteAtomic lets the peer CompareAndSwap and FetchAdd the buffer's
-// 8-byte words (atomics.go); it needs a device with atomics on both sides
-// and a peer that announced them, else Export fails with an error
-// wrapping errors.ErrUnsupported.
-func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
-	if c.tcp != nil {
-		return nil, c.tcp.notRDMA("export")
-	}
-	if access&^(RemoteWrite|RemoteRead|RemoteAtomic) != 0 || access == 0 {
-		return nil, c.opError("export", fmt.Errorf("invalid access %d", access))
-	}
-	if access&RemoteAtomic != 0 {
-		if err := c.atomicsUnsupported(); err != nil {
-			return nil, c.opError("export", err)
-		}
-		if b.Addr()%atomicWordSize != 0 {
-			return nil, c.opError("export", fmt.Errorf("RemoteAtomic needs an 8-byte aligned buffer (one from Alloc), not 0x%x", b.Addr()))
-		}
-	}
-	if err := b.Retain(); err != nil {
-		return nil, c.opError("export", err)
-	}
-	var rights verbs.AccessFlags
-	if access&RemoteWrite != 0 {
-		rights |= verbs.AccessRemoteWrite
-	}
-	if access&RemoteRead != 0 {
-		rights |= verbs.AccessRemoteRead
-	}
-	if access&RemoteAtomic != 0 {
-		rights |= verbs.AccessRemoteAtomic
-	}
-	e := &Export{c: c, buf: b}
-	if err := e.open(rights); err != nil {
-		e.close()
-		return nil, c.opError("export", err)
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		e.close()
-		return nil, c.opError("export", net.ErrClosed)
-	}
-	c.exports[e] = struct{}{}
-	c.mu.Unlock()
-	return e, nil
+// exported is what grants the peer access to an Export's buffer: the
+// registration and, where the device has them, the window bound to the
+// connection's QP.
+type exported struct {
+	c    *engine
+	buf  buffer.Buf
+	mr   *verbs.MR
+	mw   *verbs.MW // nil on a device without type 2 memory windows
+	once sync.Once
+	err  error
 }
 
 // open registers the export's bytes and grants the rights: through a
@@ -140,7 +81,7 @@ func (e *Export) open(rights verbs.AccessFlags) error {
 // bindWindow binds mw over b (registered as mr) with rights, through this
 // connection's send queue, and waits for the bind to complete: from then
 // on the window's key works for this connection's peer alone.
-func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs.AccessFlags) (uint32, error) {
+func (c *engine) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs.AccessFlags) (uint32, error) {
 	var w poller.Waiter
 	defer w.End()
 	ctx := context.Background()
@@ -179,11 +120,9 @@ func (c *Conn) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights verbs
 	return rkey, nil
 }
 
-// Remote is the descriptor to hand to the peer.
-func (e *Export) Remote() RemoteBuf { return e.remote }
-
-// Close ends remote access and releases the Export's reference to the Buf.
-func (e *Export) Close() error {
+// revoke is Export.Close: the Export leaves its connection's set, then
+// closes.
+func (e *Export) revoke() error {
 	e.c.mu.Lock()
 	delete(e.c.exports, e)
 	e.c.mu.Unlock()
@@ -235,144 +174,93 @@ type opResult struct {
 	err   error
 }
 
-// Notification is a WriteRemoteImm the peer completed into our memory.
-// Release it when handled: it holds a receive buffer (and the peer's credit).
-type Notification struct {
-	Imm uint32 // the peer's immediate value
-	Len int    // bytes the peer wrote
-	buf buffer.Buf
-}
-
-// Release returns the notification's receive buffer to the connection.
-func (n Notification) Release() error { return n.buf.Release() }
-
-func (c *Conn) initOneSided() {
+func (c *engine) initOneSided() {
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
 	c.oq = newLendQueue[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
 	c.exports = make(map[*Export]struct{})
 }
 
-// Notifications delivers the peer's WriteRemoteImm notifications.
-func (c *Conn) Notifications() <-chan Notification {
-	if c.tcp != nil {
-		return c.tcp.notes
+// export is Conn.Export on the engine.
+func (c *engine) export(b buffer.Buf, access Access) (*Export, error) {
+	if access&^(RemoteWrite|RemoteRead|RemoteAtomic) != 0 || access == 0 {
+		return nil, fmt.Errorf("invalid access %d", access)
 	}
-	return userChan(c, &c.nq)
+	if access&RemoteAtomic != 0 {
+		if err := c.atomicsUnsupported(); err != nil {
+			return nil, err
+		}
+		if b.Addr()%atomicWordSize != 0 {
+			return nil, fmt.Errorf("RemoteAtomic needs an 8-byte aligned buffer (one from Alloc), not 0x%x", b.Addr())
+		}
+	}
+	if err := b.Retain(); err != nil {
+		return nil, err
+	}
+	var rights verbs.AccessFlags
+	if access&RemoteWrite != 0 {
+		rights |= verbs.AccessRemoteWrite
+	}
+	if access&RemoteRead != 0 {
+		rights |= verbs.AccessRemoteRead
+	}
+	if access&RemoteAtomic != 0 {
+		rights |= verbs.AccessRemoteAtomic
+	}
+	e := &Export{exported: exported{c: c, buf: b}}
+	if err := e.open(rights); err != nil {
+		e.close()
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		e.close()
+		return nil, net.ErrClosed
+	}
+	c.exports[e] = struct{}{}
+	c.mu.Unlock()
+	return e, nil
 }
 
-// RecvNotification waits for the next notification (bounded by ctx and the
-// read deadline), polling for it meanwhile as Recv does: lower latency than
-// a receive from Notifications(), which waits for the poller's thread. At
-// the end it returns io.EOF, or the connection's error.
-func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
-	if c.tcp != nil {
-		return Notification{}, c.tcp.notRDMA("recv notification")
-	}
-	return receive(c, ctx, &c.nq, "recv notification")
+func (c *engine) notifications() <-chan Notification { return userChan(c, &c.nq) }
+
+func (c *engine) recvNotification(ctx context.Context) (Notification, error) {
+	return receive(c, ctx, &c.nq)
 }
 
-// Completions delivers the ends of PostSend, PostWriteRemote,
-// PostWriteRemoteImm, PostReadRemote, PostCompareAndSwap and PostFetchAdd
-// operations (the atomics' old values in OpCompletion.Value); it has room for every
-// one that can be in flight. The poller's goroutine feeds it: a caller that
-// waits for the ends itself does better with RecvCompletion.
-func (c *Conn) Completions() <-chan OpCompletion {
-	if c.tcp != nil {
-		return c.tcp.opDone
-	}
-	return userChan(c, &c.oq)
+func (c *engine) completions() <-chan OpCompletion { return userChan(c, &c.oq) }
+
+func (c *engine) recvCompletion(ctx context.Context) (OpCompletion, error) {
+	return receive(c, ctx, &c.oq)
 }
 
-// RecvCompletion waits for the end of the next PostSend, PostWriteRemote(Imm),
-// PostReadRemote or atomic's Post form, in the order they end (bounded by ctx and the read
-// deadline), polling for it meanwhile as Recv does: no hand-off from the
-// poller's goroutine, which Completions() needs. Ends not yet taken wait in
-// order; once Completions() was called they go to that channel, which this
-// then reads. After Close it returns the ends still queued, then
-// net.ErrClosed.
-//
-// Until the Completions() channel is taken, most asynchronous operations ask
-// the NIC for no completion of their own: a later one's reports them too (RC
-// completes in order), and RecvCompletion makes sure one is coming before it
-// waits. So an end, and the release of the operation's reference to its
-// local buffer, may wait for the next RecvCompletion or operation, or the
-// next keepalive check (Config.KeepAlive), whichever comes first.
-func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
-	if c.tcp != nil {
-		return c.tcp.recvCompletion(ctx)
+// writeRemote is WriteRemote (withImm: WriteRemoteImm); async: its Post form.
+func (c *engine) writeRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32,
+	withImm, async bool, id uint64) error {
+	opcode := uint32(verbs.OpRDMAWrite)
+	if withImm {
+		opcode = verbs.OpRDMAWriteWithImm
 	}
-	return receive(c, ctx, &c.oq, "recv completion")
+	return c.oneSided(ctx, opcode, local, remote, offset, imm, async, id)
 }
 
-// WriteRemote writes local's bytes into the peer's exported buffer at
-// offset, and returns when the NIC reports them placed.
-func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
-	}
-	return c.oneSided(ctx, "write remote", verbs.OpRDMAWrite, local, remote, offset, 0, false, 0)
+// readRemote is ReadRemote; async: its Post form.
+func (c *engine) readRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, async bool,
+	id uint64) error {
+	return c.oneSided(ctx, verbs.OpRDMARead, local, remote, offset, 0, async, id)
 }
 
-// WriteRemoteImm is WriteRemote that also delivers imm on the peer's
-// Notifications() (it uses one of the peer's receive buffers, like a message).
-func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
-	}
-	return c.oneSided(ctx, "write remote", verbs.OpRDMAWriteWithImm, local, remote, offset, imm, false, 0)
-}
-
-// ReadRemote fills local from the peer's exported buffer at offset.
-func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("read remote")
-	}
-	return c.oneSided(ctx, "read remote", verbs.OpRDMARead, local, remote, offset, 0, false, 0)
-}
-
-// PostWriteRemote starts WriteRemote and returns; its end arrives on
-// Completions() with id. The connection holds its own reference to local
-// until then, so the caller may Release it at once, but its bytes must stay
-// untouched until the completion arrives.
-func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
-	}
-	return c.oneSided(context.Background(), "write remote", verbs.OpRDMAWrite, local, remote, offset, 0, true, id)
-}
-
-// PostWriteRemoteImm starts WriteRemoteImm and returns once it is posted;
-// its end arrives on Completions() (or RecvCompletion) with id, as for
-// PostWriteRemote. It waits, bounded by ctx, only for a credit (the peer's
-// receive buffer its notification takes), as PostSend does. A request
-// answered by the peer's own write with an immediate needs no wait for the
-// request's end before waiting for the answer (RecvNotification).
-func (c *Conn) PostWriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32, id uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
-	}
-	return c.oneSided(ctx, "write remote", verbs.OpRDMAWriteWithImm, local, remote, offset, imm, true, id)
-}
-
-// PostReadRemote starts ReadRemote; its end arrives on Completions() with id.
-func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
-	if c.tcp != nil {
-		return c.tcp.notRDMA("read remote")
-	}
-	return c.oneSided(context.Background(), "read remote", verbs.OpRDMARead, local, remote, offset, 0, true, id)
-}
-
-func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buffer.Buf, remote RemoteBuf,
+func (c *engine) oneSided(ctx context.Context, opcode uint32, local buffer.Buf, remote RemoteBuf,
 	offset uint64, imm uint32, async bool, id uint64) error {
 	n := uint64(local.Len())
 	if !local.Valid() {
-		return c.opError(op, buffer.ErrReleased)
+		return buffer.ErrReleased
 	}
 	if offset+n > uint64(remote.Len) || offset+n < offset {
-		return c.opError(op, fmt.Errorf("%w: %d bytes at offset %d of a %d-byte export", ErrRemoteAccess, n, offset, remote.Len))
+		return fmt.Errorf("%w: %d bytes at offset %d of a %d-byte export", ErrRemoteAccess, n, offset, remote.Len)
 	}
-	_, err := c.postOneSided(ctx, op, oneSidedOpName(opcode), verbs.SendWR{Addr: local.Addr(), Len: uint32(n),
+	_, err := c.postOneSided(ctx, oneSidedOpName(opcode), verbs.SendWR{Addr: local.Addr(), Len: uint32(n),
 		LKey: local.LKey(), Opcode: opcode, Imm: imm, RemoteAddr: remote.Addr + offset, RKey: remote.RKey}, local, async, id)
 	return err
 }
@@ -382,7 +270,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode uint32, local buf
 // for the end; it returns an atomic's old value. An atomic (local unused)
 // takes the slot's 8 bytes of c.atomicRes as its local buffer. A write
 // with immediate spends a credit.
-func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendWR, local buffer.Buf,
+func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR, local buffer.Buf,
 	async bool, id uint64) (uint64, error) {
 	needCredit := wr.Opcode == verbs.OpRDMAWriteWithImm
 	var w poller.Waiter
@@ -391,7 +279,7 @@ func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendW
 	idx, err := c.takeOpSlotLocked(ctx, &w, async, needCredit)
 	if err != nil {
 		c.mu.Unlock()
-		return 0, c.opError(op, err)
+		return 0, err
 	}
 	atomic := wr.Opcode == verbs.OpAtomicCompareSwap || wr.Opcode == verbs.OpAtomicFetchAdd
 	if atomic {
@@ -399,7 +287,7 @@ func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendW
 		if err := local.Retain(); err != nil { // released with the connection while we waited for a slot
 			c.giveBackOpSlotLocked(idx)
 			c.mu.Unlock()
-			return 0, c.opError(op, net.ErrClosed)
+			return 0, net.ErrClosed
 		}
 		wr.Addr, wr.Len, wr.LKey = local.Addr()+uint64(idx)*atomicWordSize, atomicWordSize, local.LKey()
 	} else {
@@ -414,7 +302,7 @@ func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendW
 		b := c.giveBackOpSlotLocked(idx)
 		c.mu.Unlock()
 		b.Release()
-		return 0, c.opError(op, err)
+		return 0, err
 	}
 	if needCredit {
 		c.credits--
@@ -429,7 +317,7 @@ func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendW
 	w.End() // the wait for a slot is over; the wait for the completion starts afresh
 	old, err := c.awaitOp(ctx, &w, s)
 	if err != nil {
-		return 0, c.opError(op, err)
+		return 0, err
 	}
 	return old, nil
 }
@@ -438,7 +326,7 @@ func (c *Conn) postOneSided(ctx context.Context, op, name string, wr verbs.SendW
 // deadline for blocking calls, and Close) for a free operation slot, and a
 // credit to spare when needCredit, and takes the slot. Called with c.mu
 // held; returns with it held.
-func (c *Conn) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, needCredit bool) (int, error) {
+func (c *engine) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, needCredit bool) (int, error) {
 	if c.ops == nil { // the first one-sided operation: most connections never make one
 		c.ops = make([]opSlot, c.ep.maxOps)
 		c.opFree = make([]int, 0, c.ep.maxOps)
@@ -475,7 +363,7 @@ func (c *Conn) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, ne
 
 // giveBackOpSlotLocked undoes a slot whose post failed: the slot is free
 // again; the caller releases the returned reference after c.mu.
-func (c *Conn) giveBackOpSlotLocked(idx int) buffer.Buf {
+func (c *engine) giveBackOpSlotLocked(idx int) buffer.Buf {
 	s := &c.ops[idx]
 	b := s.local
 	s.local = buffer.Buf{}
@@ -486,7 +374,7 @@ func (c *Conn) giveBackOpSlotLocked(idx int) buffer.Buf {
 // awaitOp waits for the completion of the blocking operation in slot s,
 // driving the CQ meanwhile, and returns an atomic's old value. If ctx ends
 // first the operation still completes; its slot is reclaimed then.
-func (c *Conn) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) (uint64, error) {
+func (c *engine) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) (uint64, error) {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
@@ -519,7 +407,7 @@ func (c *Conn) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) (uint64
 
 // oneSidedDoneLocked finishes operation idx. Called by the poller under c.mu;
 // the local buffer's reference is returned through *release.
-func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) {
+func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) {
 	s := &c.ops[idx]
 	var err error
 	if wc.Status != verbs.WCSuccess {
@@ -549,7 +437,7 @@ func (c *Conn) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) 
 }
 
 // deliverNotificationLocked lends receive buffer idx as a notification.
-func (c *Conn) deliverNotificationLocked(idx int, wc *verbs.WC) {
+func (c *engine) deliverNotificationLocked(idx int, wc *verbs.WC) {
 	c.lent[idx] = true
 	c.nq.push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
 }
@@ -558,7 +446,7 @@ func (c *Conn) deliverNotificationLocked(idx int, wc *verbs.WC) {
 // release with net.ErrClosed (on Completions() or to the blocked caller)
 // and adds their local buffers, and the atomics' result buffer, to rel,
 // released once the QP is destroyed (the NIC may still use them).
-func (c *Conn) releaseOpsLocked(rel []buffer.Buf) []buffer.Buf {
+func (c *engine) releaseOpsLocked(rel []buffer.Buf) []buffer.Buf {
 	for i := range c.ops {
 		s := &c.ops[i]
 		if s.local.Valid() {

@@ -1,8 +1,8 @@
 package rdma
 
-// Unreliable datagrams: PacketConn (packetconn.go on Linux with cgo,
-// unsupported_packet.go elsewhere). This file holds what every build
-// shares: ListenPacket, the errors and the types of the zero-copy form.
+// Unreliable datagrams: PacketConn, written once here over the UD endpoint
+// (packetconn.go on Linux with cgo, engine_stub.go elsewhere), with
+// ListenPacket, the errors and the types of the zero-copy form.
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/verbline/rdma/buffer"
 )
@@ -122,3 +123,177 @@ func addrPortOf(a net.Addr) (netip.AddrPort, error) {
 	}
 	return netip.AddrPort{}, errors.New("missing address")
 }
+
+// PacketConn sends and receives unreliable datagrams over an RDMA UD queue
+// pair; it implements net.PacketConn. Like UDP: a datagram arrives whole or
+// not at all, in no guaranteed order, at most one packet long
+// (MaxDatagramSize: the port's active MTU minus a 24-byte header, 1000
+// bytes on Soft-RoCE's 1024-byte MTU), and nothing waits for a slow
+// receiver: a datagram that finds none of the receiver's buffers posted is
+// dropped. Many goroutines may call its methods at once.
+//
+// Addresses are "ip:port" as for connections, in rdma_cm's UDP port space
+// (a PacketConn and a Listener may use the same port number). The first
+// datagram to an address resolves it through rdma_cm (an SIDR exchange
+// with the PacketConn bound there, which answers with its QP number and
+// Q_Key); the result, an address handle, is cached (1024 destinations, the
+// least recently used evicted first) and resolved again after 30 s without
+// news of the peer, so a peer that restarted on the same port is found
+// again. A received datagram changes only what it proves about its sender
+// (see heardLocked): it never evicts or rewrites a destination this side
+// resolved. A write to an address where nothing listens fails with
+// syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
+// sender's address (docs/datagram-protocol.md), which ReadFrom returns:
+// WriteTo answers it without a resolution on RoCE, where the network
+// header of the received datagram gives the way back.
+//
+// ReadFrom and WriteTo copy; the zero-copy form is Alloc and SendTo, and
+// Messages or Recv, whose Datagram holds the receive buffer the NIC wrote.
+//
+// Each method is written once here over the UD endpoint (packetconn.go;
+// engine_stub.go in builds without RDMA).
+type PacketConn struct {
+	udEndpoint
+}
+
+var _ net.PacketConn = (*PacketConn)(nil)
+
+// opError wraps an endpoint error for the user, as package net does.
+func (p *PacketConn) opError(op string, addr net.Addr, err error) error {
+	return &net.OpError{Op: op, Net: "rdma", Source: p.localAddr(), Addr: addr, Err: err}
+}
+
+// ReadFrom reads the next datagram into b and returns its length and
+// sender; a datagram longer than b is truncated (the rest is discarded, as
+// for UDP). It waits, bounded by the read deadline, while none has arrived.
+// The sender's address is an *Addr, which WriteTo answers.
+func (p *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, from, err := p.readFrom(b)
+	if err != nil {
+		return n, nil, p.opError("read", nil, err)
+	}
+	return n, &Addr{from}, nil
+}
+
+// ReadFromAddrPort is ReadFrom returning the sender as a netip.AddrPort,
+// which costs no allocation (as net.UDPConn's ReadFromUDPAddrPort).
+func (p *PacketConn) ReadFromAddrPort(b []byte) (int, netip.AddrPort, error) {
+	n, from, err := p.readFrom(b)
+	if err != nil {
+		err = p.opError("read", nil, err)
+	}
+	return n, from, err
+}
+
+// Recv waits (bounded by ctx and the read deadline) for the next datagram
+// and returns it without a copy: its Buf is the receive buffer the NIC
+// wrote the payload into, the caller's until its Release.
+func (p *PacketConn) Recv(ctx context.Context) (Datagram, error) {
+	d, err := p.recvDatagram(ctx)
+	if err != nil {
+		err = p.opError("recv", nil, err)
+	}
+	return d, err
+}
+
+// Messages delivers received datagrams as they arrive (the zero-copy form
+// of ReadFrom); each must be released. It is closed when the PacketConn is
+// (or fails: Recv then says why). While its receiver holds a datagram, one
+// fewer receive is posted for new ones.
+func (p *PacketConn) Messages() <-chan Datagram { return p.messages() }
+
+// WriteTo sends b as one datagram to addr (an *Addr, a *net.UDPAddr, or
+// any net.Addr whose String is "ip:port"). It returns once the datagram is
+// posted; it waits (bounded by the write deadline) only for a free send
+// slot and, for an address not yet known, for its resolution. A datagram
+// larger than MaxDatagramSize, or than the peer accepts, fails with an
+// error matching ErrDatagramTooLarge.
+func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	ap, err := addrPortOf(addr)
+	if err == nil {
+		err = p.send(context.Background(), b, buffer.Buf{}, ap)
+	}
+	if err != nil {
+		return 0, p.opError("write", addr, err)
+	}
+	return len(b), nil
+}
+
+// WriteToAddrPort is WriteTo with a netip.AddrPort (as net.UDPConn's).
+func (p *PacketConn) WriteToAddrPort(b []byte, addr netip.AddrPort) (int, error) {
+	if err := p.send(context.Background(), b, buffer.Buf{}, addr); err != nil {
+		return 0, p.opError("write", &Addr{addr}, err)
+	}
+	return len(b), nil
+}
+
+// Alloc returns a registered buffer of n bytes from the device's pool, for
+// SendTo (which refuses a buffer longer than MaxDatagramSize with
+// ErrDatagramTooLarge).
+func (p *PacketConn) Alloc(n int) (buffer.Buf, error) {
+	b, err := p.alloc(n)
+	if err != nil {
+		return buffer.Buf{}, p.opError("alloc", nil, err)
+	}
+	return b, nil
+}
+
+// SendTo sends b as one datagram to addr without copying it: the device
+// reads the payload from b. b is the PacketConn's from the call on, whatever
+// the outcome, and is released once the device has sent it. b may be a
+// Buf from Alloc, from a Conn's Alloc on the same device, or a received
+// Datagram's Buf (forwarded as it is). It waits as WriteTo does, bounded
+// also by ctx.
+func (p *PacketConn) SendTo(ctx context.Context, b buffer.Buf, addr netip.AddrPort) error {
+	if err := p.sendTo(ctx, b, addr); err != nil {
+		return p.opError("send", &Addr{addr}, err)
+	}
+	return nil
+}
+
+// MaxDatagramSize is the largest payload WriteTo and SendTo send: the
+// port's active MTU minus the 24-byte datagram header (1000 bytes on a
+// 1024-byte MTU). A peer may accept less (it says so in its datagrams and
+// in its answer to an address resolution); sends above its limit fail too.
+func (p *PacketConn) MaxDatagramSize() int { return p.maxDatagramSize() }
+
+// Close closes the PacketConn: blocked reads and writes return
+// net.ErrClosed, sends already posted may or may not leave, datagrams
+// received and not read are dropped, and every RDMA resource is released
+// (datagrams the user holds stay valid until their Release).
+func (p *PacketConn) Close() error {
+	if err := p.close(); err != nil {
+		return p.opError("close", nil, err)
+	}
+	return nil
+}
+
+// LocalAddr is the address the PacketConn is bound to (an *Addr).
+func (p *PacketConn) LocalAddr() net.Addr { return p.localAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (p *PacketConn) SetDeadline(t time.Time) error {
+	if err := p.setDeadline(t, true, true); err != nil {
+		return p.opError("set deadline", nil, err)
+	}
+	return nil
+}
+
+// SetReadDeadline sets the deadline of ReadFrom and Recv calls, pending and future.
+func (p *PacketConn) SetReadDeadline(t time.Time) error {
+	if err := p.setDeadline(t, true, false); err != nil {
+		return p.opError("set read deadline", nil, err)
+	}
+	return nil
+}
+
+// SetWriteDeadline sets the deadline of WriteTo and SendTo calls, pending and future.
+func (p *PacketConn) SetWriteDeadline(t time.Time) error {
+	if err := p.setDeadline(t, false, true); err != nil {
+		return p.opError("set write deadline", nil, err)
+	}
+	return nil
+}
+
+// Stats returns the PacketConn's counters.
+func (p *PacketConn) Stats() PacketStats { return p.stats() }

@@ -31,7 +31,7 @@ var (
 // fuzzPacketConn is hostPacketConn with a receive ring and three entries
 // this side resolved (10.0.0.2:7000..7002, QPs 100..102, LIDs 5..7).
 // Its buffers go back to pool at the test's end.
-func fuzzPacketConn(t *testing.T, pool *buffer.Pool, ethernet bool) (*PacketConn, []*udPeer) {
+func fuzzPacketConn(t *testing.T, pool *buffer.Pool, ethernet bool) (*udEndpoint, []*udPeer) {
 	p := hostPacketConn(ethernet, fuzzMaxPeers)
 	var err error
 	if p.recvHdr, err = pool.Get(fuzzRecv * udHdrSlot); err != nil {

@@ -61,8 +61,8 @@ func TestPeerCacheLRU(t *testing.T) {
 // hostPacketConn is a PacketConn with no device: enough of one for the
 // receive path's header checks and peer-cache updates (parseDatagram,
 // heardLocked), whose peers have no address handle.
-func hostPacketConn(ethernet bool, maxPeers int) *PacketConn {
-	p := &PacketConn{ethernet: ethernet, replyBySIDR: !ethernet, maxPeers: maxPeers,
+func hostPacketConn(ethernet bool, maxPeers int) *udEndpoint {
+	p := &udEndpoint{ethernet: ethernet, replyBySIDR: !ethernet, maxPeers: maxPeers,
 		maxPayload: 1000, qkey: 0x01234567, portNum: 1, ttlTicks: 1 << 40}
 	p.gids = []verbs.GID{{Index: 1, Raw: netip.MustParseAddr("::ffff:10.0.0.1").As16(), Type: verbs.GIDTypeRoCEv2}}
 	p.peers = newPeerCache(maxPeers, p.evictLocked)
@@ -70,7 +70,7 @@ func hostPacketConn(ethernet bool, maxPeers int) *PacketConn {
 }
 
 // resolvedPeer caches what this side's own resolution of addr found.
-func resolvedPeer(p *PacketConn, addr netip.AddrPort, qpn uint32, dlid uint16) *udPeer {
+func resolvedPeer(p *udEndpoint, addr netip.AddrPort, qpn uint32, dlid uint16) *udPeer {
 	e := &udPeer{addr: addr, qpn: qpn, qkey: p.qkey, maxPayload: 1000, resolved: true,
 		attr: verbs.AHAttr{DLID: dlid, IsGlobal: p.ethernet, DGID: addr.Addr().As16()}}
 	p.addPeerLocked(e)

@@ -23,32 +23,10 @@ import (
 	"github.com/verbline/rdma/internal/wire"
 )
 
-// PacketConn sends and receives unreliable datagrams over an RDMA UD queue
-// pair; it implements net.PacketConn. Like UDP: a datagram arrives whole or
-// not at all, in no guaranteed order, at most one packet long
-// (MaxDatagramSize: the port's active MTU minus a 24-byte header, 1000
-// bytes on Soft-RoCE's 1024-byte MTU), and nothing waits for a slow
-// receiver: a datagram that finds none of the receiver's buffers posted is
-// dropped. Many goroutines may call its methods at once.
-//
-// Addresses are "ip:port" as for connections, in rdma_cm's UDP port space
-// (a PacketConn and a Listener may use the same port number). The first
-// datagram to an address resolves it through rdma_cm (an SIDR exchange
-// with the PacketConn bound there, which answers with its QP number and
-// Q_Key); the result, an address handle, is cached (1024 destinations, the
-// least recently used evicted first) and resolved again after 30 s without
-// news of the peer, so a peer that restarted on the same port is found
-// again. A received datagram changes only what it proves about its sender
-// (see heardLocked): it never evicts or rewrites a destination this side
-// resolved. A write to an address where nothing listens fails with
-// syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
-// sender's address (docs/datagram-protocol.md), which ReadFrom returns:
-// WriteTo answers it without a resolution on RoCE, where the network
-// header of the received datagram gives the way back.
-//
-// ReadFrom and WriteTo copy; the zero-copy form is Alloc and SendTo, and
-// Messages or Recv, whose Datagram holds the receive buffer the NIC wrote.
-type PacketConn struct {
+// udEndpoint is the RDMA side of a PacketConn: the UD queue pair, its
+// rings, the peers' address handles and the rdma_cm id that answers
+// address resolutions.
+type udEndpoint struct {
 	// Immutable after listenPacket.
 	cfg          Config
 	laddr        *Addr
@@ -116,8 +94,6 @@ type PacketConn struct {
 	toRelease  []buffer.Buf // released after mu is dropped
 }
 
-var _ net.PacketConn = (*PacketConn)(nil)
-
 const (
 	// udHdrSlot is each receive's first scatter/gather entry: the GRH the
 	// device writes, then the datagram header. The payload goes to a
@@ -176,7 +152,7 @@ type udResolution struct {
 
 // udRecvSlot takes back receive buffer idx when its user releases it.
 type udRecvSlot struct {
-	p   *PacketConn
+	p   *udEndpoint
 	idx int
 }
 
@@ -195,7 +171,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &PacketConn{
+	pc := &PacketConn{udEndpoint: udEndpoint{
 		cfg: *cfg, ch: ch,
 		closing:      make(chan struct{}),
 		eventsDone:   make(chan struct{}),
@@ -208,7 +184,8 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		maxPeers:     udMaxPeers,
 		ttlTicks:     max(1, int64((udPeerTTL+coarseclock.Tick-1)/coarseclock.Tick)),
 		recheckTicks: max(1, int64((udRecheck+coarseclock.Tick-1)/coarseclock.Tick)),
-	}
+	}}
+	p := &pc.udEndpoint
 	go p.eventLoop()
 	defer func() {
 		if err != nil {
@@ -236,12 +213,12 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if err = p.id.Listen(cfg.Backlog); err != nil {
 		return nil, err
 	}
-	return p, nil
+	return pc, nil
 }
 
 // setupQP creates the UD QP on the device's shared CQ and moves it to RTS
 // with the Q_Key and port rdma_cm gives the bound id.
-func (p *PacketConn) setupQP(cfg *Config) error {
+func (p *udEndpoint) setupQP(cfg *Config) error {
 	ctx, err := p.id.Context()
 	if err != nil {
 		return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
@@ -308,7 +285,7 @@ func (p *PacketConn) setupQP(cfg *Config) error {
 
 // setupRings takes the send and receive buffers from the device's pool and
 // posts every receive.
-func (p *PacketConn) setupRings() error {
+func (p *udEndpoint) setupRings() error {
 	pool := p.dev.pool
 	var err error
 	if p.recvHdr, err = pool.Get(p.nRecv * udHdrSlot); err != nil {
@@ -344,7 +321,7 @@ func (p *PacketConn) setupRings() error {
 	return p.repostLocked()
 }
 
-func (p *PacketConn) recvWR(i int) verbs.UDRecvWR {
+func (p *udEndpoint) recvWR(i int) verbs.UDRecvWR {
 	b := p.recv[i]
 	return verbs.UDRecvWR{WRID: p.token | wrUDRecv | uint64(i),
 		HdrAddr: p.recvHdr.Addr() + uint64(i*udHdrSlot), HdrLen: udHdrSlot, HdrLKey: p.recvHdr.LKey(),
@@ -355,14 +332,14 @@ func (p *PacketConn) recvWR(i int) verbs.UDRecvWR {
 // repostBatch of them: at most repostBatch-1 receive buffers ever wait,
 // neither posted nor with the user, and posting them costs a cgo call per
 // batch rather than per datagram.
-func (p *PacketConn) maybeRepostLocked() {
+func (p *udEndpoint) maybeRepostLocked() {
 	if len(p.recvWRs) >= p.repostBatch {
 		p.repostLocked()
 	}
 }
 
 // repostLocked posts the receives collected in recvWRs.
-func (p *PacketConn) repostLocked() error {
+func (p *udEndpoint) repostLocked() error {
 	if len(p.recvWRs) == 0 {
 		return nil
 	}
@@ -377,26 +354,8 @@ func (p *PacketConn) repostLocked() error {
 	return nil
 }
 
-// ReadFrom reads the next datagram into b and returns its length and
-// sender; a datagram longer than b is truncated (the rest is discarded, as
-// for UDP). It waits, bounded by the read deadline, while none has arrived.
-// The sender's address is an *Addr, which WriteTo answers.
-func (p *PacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	n, from, err := p.readFrom(b, "read")
-	if err != nil {
-		return n, nil, err
-	}
-	return n, &Addr{from}, nil
-}
-
-// ReadFromAddrPort is ReadFrom returning the sender as a netip.AddrPort,
-// which costs no allocation (as net.UDPConn's ReadFromUDPAddrPort).
-func (p *PacketConn) ReadFromAddrPort(b []byte) (int, netip.AddrPort, error) {
-	return p.readFrom(b, "read")
-}
-
-func (p *PacketConn) readFrom(b []byte, op string) (int, netip.AddrPort, error) {
-	d, err := p.recvDatagram(context.Background(), op)
+func (p *udEndpoint) readFrom(b []byte) (int, netip.AddrPort, error) {
+	d, err := p.recvDatagram(context.Background())
 	if err != nil {
 		return 0, netip.AddrPort{}, err
 	}
@@ -405,37 +364,19 @@ func (p *PacketConn) readFrom(b []byte, op string) (int, netip.AddrPort, error) 
 	return n, d.From, nil
 }
 
-// Recv waits (bounded by ctx and the read deadline) for the next datagram
-// and returns it without a copy: its Buf is the receive buffer the NIC
-// wrote the payload into, the caller's until its Release.
-func (p *PacketConn) Recv(ctx context.Context) (Datagram, error) {
-	return p.recvDatagram(ctx, "recv")
-}
-
-// Messages delivers received datagrams as they arrive (the zero-copy form
-// of ReadFrom); each must be released. It is closed when the PacketConn is
-// (or fails: Recv then says why). While its receiver holds a datagram, one
-// fewer receive is posted for new ones.
-func (p *PacketConn) Messages() <-chan Datagram {
-	if !p.chanUser.Load() && p.chanUser.CompareAndSwap(false, true) {
-		p.poller.AddChannelUser()
-	}
-	return p.msgs
-}
-
 // recvDatagram takes the next datagram, driving the CQ while it waits (as
 // Conn's Recv does): a completion handled on the waiting goroutine needs
 // no wake-up of the poller's thread.
-func (p *PacketConn) recvDatagram(ctx context.Context, op string) (Datagram, error) {
+func (p *udEndpoint) recvDatagram(ctx context.Context) (Datagram, error) {
 	var w poller.Waiter
 	defer w.End()
 	for {
 		if err := p.readable(ctx); err != nil {
-			return Datagram{}, p.opError(op, nil, err)
+			return Datagram{}, err
 		}
 		select {
 		case d, ok := <-p.msgs:
-			return p.received(op, d, ok)
+			return p.received(d, ok)
 		default:
 		}
 		if !p.spinWait(&w, &p.rdSpin) {
@@ -448,20 +389,20 @@ func (p *PacketConn) recvDatagram(ctx context.Context, op string) (Datagram, err
 	}
 	select {
 	case d, ok := <-p.msgs:
-		return p.received(op, d, ok)
+		return p.received(d, ok)
 	case <-p.rdDeadline.wait():
-		return Datagram{}, p.opError(op, nil, os.ErrDeadlineExceeded)
+		return Datagram{}, os.ErrDeadlineExceeded
 	case <-p.closing:
-		return Datagram{}, p.opError(op, nil, net.ErrClosed)
+		return Datagram{}, net.ErrClosed
 	case <-done:
-		return Datagram{}, p.opError(op, nil, ctx.Err())
+		return Datagram{}, ctx.Err()
 	}
 }
 
 // readable reports why a read must not go on: Close, ctx or the deadline
 // (checked before any datagram is taken, as net does: a read past its
 // deadline fails even when datagrams wait).
-func (p *PacketConn) readable(ctx context.Context) error {
+func (p *udEndpoint) readable(ctx context.Context) error {
 	if p.isClosed() {
 		return net.ErrClosed
 	}
@@ -474,91 +415,29 @@ func (p *PacketConn) readable(ctx context.Context) error {
 	return nil
 }
 
-func (p *PacketConn) received(op string, d Datagram, ok bool) (Datagram, error) {
+func (p *udEndpoint) received(d Datagram, ok bool) (Datagram, error) {
 	if ok {
 		return d, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.qpErr == nil {
-		return Datagram{}, p.opError(op, nil, net.ErrClosed)
+		return Datagram{}, net.ErrClosed
 	}
-	return Datagram{}, p.opError(op, nil, p.qpErr)
+	return Datagram{}, p.qpErr
 }
 
 // spinWait drives the CQ for a waiting caller (see Conn.spinWait).
-func (p *PacketConn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
+func (p *udEndpoint) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	if !w.Started() {
 		startWait(w, p.poller, est, &p.cfg)
 	}
 	return w.Spin()
 }
 
-// WriteTo sends b as one datagram to addr (an *Addr, a *net.UDPAddr, or
-// any net.Addr whose String is "ip:port"). It returns once the datagram is
-// posted; it waits (bounded by the write deadline) only for a free send
-// slot and, for an address not yet known, for its resolution. A datagram
-// larger than MaxDatagramSize, or than the peer accepts, fails with an
-// error matching ErrDatagramTooLarge.
-func (p *PacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
-	ap, err := addrPortOf(addr)
-	if err != nil {
-		return 0, p.opError("write", addr, err)
-	}
-	if err := p.send(context.Background(), b, buffer.Buf{}, ap); err != nil {
-		return 0, p.opError("write", addr, err)
-	}
-	return len(b), nil
-}
-
-// WriteToAddrPort is WriteTo with a netip.AddrPort (as net.UDPConn's).
-func (p *PacketConn) WriteToAddrPort(b []byte, addr netip.AddrPort) (int, error) {
-	if err := p.send(context.Background(), b, buffer.Buf{}, addr); err != nil {
-		return 0, p.opError("write", &Addr{addr}, err)
-	}
-	return len(b), nil
-}
-
-// Alloc returns a registered buffer of n bytes from the device's pool, for
-// SendTo (which refuses a buffer longer than MaxDatagramSize with
-// ErrDatagramTooLarge).
-func (p *PacketConn) Alloc(n int) (buffer.Buf, error) {
-	if p.isClosed() {
-		return buffer.Buf{}, p.opError("alloc", nil, net.ErrClosed)
-	}
-	b, err := p.dev.pool.Get(n)
-	if err != nil {
-		return buffer.Buf{}, p.opError("alloc", nil, err)
-	}
-	return b, nil
-}
-
-// SendTo sends b as one datagram to addr without copying it: the device
-// reads the payload from b. b is the PacketConn's from the call on, whatever
-// the outcome, and is released once the device has sent it. b may be a
-// Buf from Alloc, from a Conn's Alloc on the same device, or a received
-// Datagram's Buf (forwarded as it is). It waits as WriteTo does, bounded
-// also by ctx.
-func (p *PacketConn) SendTo(ctx context.Context, b buffer.Buf, addr netip.AddrPort) error {
-	if !b.Valid() {
-		return p.opError("send", &Addr{addr}, buffer.ErrReleased)
-	}
-	if err := p.send(ctx, nil, b, addr); err != nil {
-		b.Release()
-		return p.opError("send", &Addr{addr}, err)
-	}
-	return nil
-}
-
-// MaxDatagramSize is the largest payload WriteTo and SendTo send: the
-// port's active MTU minus the 24-byte datagram header (1000 bytes on a
-// 1024-byte MTU). A peer may accept less (it says so in its datagrams and
-// in its answer to an address resolution); sends above its limit fail too.
-func (p *PacketConn) MaxDatagramSize() int { return p.maxPayload }
-
 // send posts one datagram: payload copied into a send slot, or zb by
 // reference.
-func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to netip.AddrPort) error {
+func (p *udEndpoint) send(ctx context.Context, payload []byte, zb buffer.Buf, to netip.AddrPort) error {
 	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
 	if !to.Addr().IsValid() || to.Addr().IsUnspecified() || to.Port() == 0 {
 		return fmt.Errorf("invalid destination %s (want the ip:port of a PacketConn)", to)
@@ -600,7 +479,7 @@ func (p *PacketConn) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 
 // waitSendSlotLocked waits (bounded by ctx and the write deadline) until
 // the send ring has a free slot. Called with p.mu held.
-func (p *PacketConn) waitSendSlotLocked(ctx context.Context) error {
+func (p *udEndpoint) waitSendSlotLocked(ctx context.Context) error {
 	var w poller.Waiter
 	defer w.End()
 	for {
@@ -624,7 +503,7 @@ func (p *PacketConn) waitSendSlotLocked(ctx context.Context) error {
 // ring's next slot: the header, then payload copied behind it or the
 // zero-copy buffer zb as a second entry; inline when it fits. Called with
 // p.mu held and a free slot.
-func (p *PacketConn) postDatagramLocked(peer *udPeer, payload []byte, zb buffer.Buf, n int) error {
+func (p *udEndpoint) postDatagramLocked(peer *udPeer, payload []byte, zb buffer.Buf, n int) error {
 	slot := (p.sqHead + p.sqLen) % p.nSend
 	sb := p.sendBufs[slot]
 	full := sb.Full()
@@ -664,7 +543,7 @@ func (p *PacketConn) postDatagramLocked(peer *udPeer, payload []byte, zb buffer.
 // waitLocked waits for a state change, ctx, the deadline or Close, driving
 // the CQ meanwhile (as Conn.waitLocked). Called with p.mu held; returns
 // with it held.
-func (p *PacketConn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
+func (p *udEndpoint) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
 	if d.expired() {
 		return os.ErrDeadlineExceeded
 	}
@@ -683,12 +562,12 @@ func (p *PacketConn) waitLocked(ctx context.Context, d *deadline, w *poller.Wait
 	return park(ctx, wake, d, p.closing)
 }
 
-func (p *PacketConn) broadcast() { p.wake.broadcast() }
+func (p *udEndpoint) broadcast() { p.wake.broadcast() }
 
 // handleCompletions applies a batch of completions. The device's poller
 // (or a waiting caller driving the CQ) calls it; it never blocks: Messages
 // has room for every receive buffer.
-func (p *PacketConn) handleCompletions(wcs []verbs.WC) {
+func (p *udEndpoint) handleCompletions(wcs []verbs.WC) {
 	p.mu.Lock()
 	if p.released {
 		p.mu.Unlock()
@@ -717,7 +596,7 @@ func (p *PacketConn) handleCompletions(wcs []verbs.WC) {
 }
 
 // recvLocked handles the receive completion of buffer idx.
-func (p *PacketConn) recvLocked(wc *verbs.WC, idx int) {
+func (p *udEndpoint) recvLocked(wc *verbs.WC, idx int) {
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status == verbs.WCWRFlushErr {
 			return // the QP is going down (Close, or a failure)
@@ -777,7 +656,7 @@ func parseDatagram(slot []byte, byteLen uint32, room int, hasGRH, ethernet bool)
 // parseLocked reads who sent the datagram whose GRH and header are in
 // slot, checks it (parseDatagram; room is the payload buffer's size), and
 // records what it proves about its sender (heardLocked).
-func (p *PacketConn) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.AddrPort, bool) {
+func (p *udEndpoint) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.AddrPort, bool) {
 	h, g, ok := parseDatagram(slot, wc.ByteLen, room, wc.HasGRH(), p.ethernet)
 	if !ok {
 		return netip.AddrPort{}, false
@@ -818,7 +697,7 @@ func (p *PacketConn) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.Add
 //     resolves at once. Learnt entries evict only each other (peerCache),
 //     so a flood of datagrams from new sources evicts no entry this side
 //     resolved.
-func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, slid uint16, maxPayload int, g *wire.GRH) {
+func (p *udEndpoint) heardLocked(from netip.AddrPort, srcQP uint32, slid uint16, maxPayload int, g *wire.GRH) {
 	if e, ok := p.peers.get(from); ok {
 		if e.qpn == srcQP && (p.ethernet || e.attr.DLID == slid) {
 			if e.resolved {
@@ -844,7 +723,7 @@ func (p *PacketConn) heardLocked(from netip.AddrPort, srcQP uint32, slid uint16,
 // replyAttr is the address vector back to a datagram's sender: its source
 // GID, sent from the GID of ours it came to (of the RoCE version it came
 // with).
-func (p *PacketConn) replyAttr(g *wire.GRH) (verbs.AHAttr, bool) {
+func (p *udEndpoint) replyAttr(g *wire.GRH) (verbs.AHAttr, bool) {
 	sgid := -1
 	for _, gid := range p.gids {
 		if gid.Raw != g.Dst {
@@ -869,7 +748,7 @@ func (p *PacketConn) replyAttr(g *wire.GRH) (verbs.AHAttr, bool) {
 }
 
 // sendDoneLocked retires every send up to and including slot idx.
-func (p *PacketConn) sendDoneLocked(wc *verbs.WC, idx int) {
+func (p *udEndpoint) sendDoneLocked(wc *verbs.WC, idx int) {
 	if wc.Status != verbs.WCSuccess && wc.Status != verbs.WCWRFlushErr {
 		// A UD send fails only on a local error (a bad key, a destroyed
 		// address handle): the library's fault, and the QP is down.
@@ -892,7 +771,7 @@ func (p *PacketConn) sendDoneLocked(wc *verbs.WC, idx int) {
 }
 
 // failLocked records a fatal error: every later call returns it.
-func (p *PacketConn) failLocked(err error) {
+func (p *udEndpoint) failLocked(err error) {
 	if p.qpErr != nil {
 		return
 	}
@@ -904,7 +783,7 @@ func (p *PacketConn) failLocked(err error) {
 	p.broadcast()
 }
 
-func (p *PacketConn) closeMessagesLocked() {
+func (p *udEndpoint) closeMessagesLocked() {
 	if !p.msgsClosed {
 		p.msgsClosed = true
 		close(p.msgs)
@@ -912,7 +791,7 @@ func (p *PacketConn) closeMessagesLocked() {
 }
 
 // recycleRecv takes back a receive buffer its user released and posts it again.
-func (p *PacketConn) recycleRecv(idx int, b buffer.Buf) {
+func (p *udEndpoint) recycleRecv(idx int, b buffer.Buf) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lent[idx] = false
@@ -936,7 +815,7 @@ func (p *PacketConn) recycleRecv(idx int, b buffer.Buf) {
 // putPeerLocked or by posting a send through it. n is the payload's size:
 // a peer learned from a datagram that accepts less is resolved first, as
 // is one a datagram contradicted (heardLocked).
-func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort, n int) (*udPeer, error) {
+func (p *udEndpoint) peerFor(ctx context.Context, to netip.AddrPort, n int) (*udPeer, error) {
 	p.mu.Lock()
 	for {
 		if p.closed {
@@ -987,7 +866,7 @@ func (p *PacketConn) peerFor(ctx context.Context, to netip.AddrPort, n int) (*ud
 }
 
 // waitResolution waits for r, bounded by ctx, the write deadline and Close.
-func (p *PacketConn) waitResolution(ctx context.Context, r *udResolution) error {
+func (p *udEndpoint) waitResolution(ctx context.Context, r *udResolution) error {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
@@ -1006,7 +885,7 @@ func (p *PacketConn) waitResolution(ctx context.Context, r *udResolution) error 
 
 // resolveInto resolves `to` and caches the result; waiters learn the
 // outcome from r.
-func (p *PacketConn) resolveInto(to netip.AddrPort, r *udResolution) {
+func (p *udEndpoint) resolveInto(to netip.AddrPort, r *udResolution) {
 	defer p.bg.Done()
 	e, err := p.resolveSIDR(to)
 	p.mu.Lock()
@@ -1032,7 +911,7 @@ func (p *PacketConn) resolveInto(to netip.AddrPort, r *udResolution) {
 
 // refresh resolves a stale peer again while sends go on to the address
 // known, and replaces it with what the resolution found.
-func (p *PacketConn) refresh(old *udPeer) {
+func (p *udEndpoint) refresh(old *udPeer) {
 	defer p.bg.Done()
 	e, err := p.resolveSIDR(old.addr)
 	p.mu.Lock()
@@ -1055,14 +934,14 @@ func (p *PacketConn) refresh(old *udPeer) {
 
 // addPeerLocked caches e (evicting the least recently used beyond
 // udMaxPeers).
-func (p *PacketConn) addPeerLocked(e *udPeer) {
+func (p *udEndpoint) addPeerLocked(e *udPeer) {
 	e.news = coarseclock.Now()
 	p.peers.put(e.addr, e)
 }
 
 // evictLocked takes e out of use (it is no longer in the cache): its
 // address handle goes once no send through it is outstanding.
-func (p *PacketConn) evictLocked(_ netip.AddrPort, e *udPeer) {
+func (p *udEndpoint) evictLocked(_ netip.AddrPort, e *udPeer) {
 	e.evicted = true
 	if e.inflight == 0 && e.ah != nil {
 		e.ah.Close()
@@ -1071,7 +950,7 @@ func (p *PacketConn) evictLocked(_ netip.AddrPort, e *udPeer) {
 }
 
 // putPeerLocked ends a send's use of e.
-func (p *PacketConn) putPeerLocked(e *udPeer) {
+func (p *udEndpoint) putPeerLocked(e *udPeer) {
 	if e == nil {
 		return
 	}
@@ -1086,7 +965,7 @@ func (p *PacketConn) putPeerLocked(e *udPeer) {
 // (an SIDR exchange in the UDP port space): an address vector, its QP
 // number and Q_Key; the answer's private data is that PacketConn's
 // datagram header, which says how large a datagram it accepts.
-func (p *PacketConn) resolveSIDR(to netip.AddrPort) (_ *udPeer, err error) {
+func (p *udEndpoint) resolveSIDR(to netip.AddrPort) (_ *udPeer, err error) {
 	id, err := p.ch.CreateUDID()
 	if err != nil {
 		return nil, err
@@ -1177,7 +1056,7 @@ func udEventError(ev rdmacm.UDEvent, to netip.AddrPort) error {
 // number, and our datagram header as private data) and hands the events of
 // our own resolutions to resolveSIDR. It reads UDEvents until the channel
 // is stopped, so every connect request's id gets destroyed.
-func (p *PacketConn) eventLoop() {
+func (p *udEndpoint) eventLoop() {
 	defer close(p.eventsDone)
 	for ev := range p.ch.UDEvents() {
 		if ev.Type == rdmacm.EventConnectRequest {
@@ -1201,28 +1080,9 @@ func (p *PacketConn) eventLoop() {
 	}
 }
 
-// Close closes the PacketConn: blocked reads and writes return
-// net.ErrClosed, sends already posted may or may not leave, datagrams
-// received and not read are dropped, and every RDMA resource is released
-// (datagrams the user holds stay valid until their Release).
-func (p *PacketConn) Close() error {
-	p.closeOnce.Do(func() {
-		p.mu.Lock()
-		p.closed = true
-		close(p.closing)
-		p.broadcast()
-		p.mu.Unlock()
-		p.closeErr = p.teardown()
-	})
-	if p.closeErr != nil {
-		return p.opError("close", nil, p.closeErr)
-	}
-	return nil
-}
-
 // teardown releases everything listenPacket set up, in reverse order; it
 // also undoes a listenPacket that failed halfway.
-func (p *PacketConn) teardown() error {
+func (p *udEndpoint) teardown() error {
 	var errs []error
 	p.mu.Lock()
 	p.closed = true
@@ -1302,45 +1162,72 @@ func (p *PacketConn) teardown() error {
 	return errors.Join(errs...)
 }
 
-func (p *PacketConn) isClosed() bool {
+func (p *udEndpoint) isClosed() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closed
 }
 
-// LocalAddr is the address the PacketConn is bound to (an *Addr).
-func (p *PacketConn) LocalAddr() net.Addr { return p.laddr }
+// The PacketConn's operations on the endpoint (packet.go writes each public
+// method once over them).
 
-// SetDeadline sets the read and write deadlines.
-func (p *PacketConn) SetDeadline(t time.Time) error {
-	if p.isClosed() {
-		return p.opError("set deadline", nil, net.ErrClosed)
+func (p *udEndpoint) messages() <-chan Datagram {
+	if !p.chanUser.Load() && p.chanUser.CompareAndSwap(false, true) {
+		p.poller.AddChannelUser()
 	}
-	p.rdDeadline.set(t)
-	p.wrDeadline.set(t)
+	return p.msgs
+}
+
+func (p *udEndpoint) alloc(n int) (buffer.Buf, error) {
+	if p.isClosed() {
+		return buffer.Buf{}, net.ErrClosed
+	}
+	return p.dev.pool.Get(n)
+}
+
+// sendTo sends b by reference; b is the endpoint's whatever the outcome.
+func (p *udEndpoint) sendTo(ctx context.Context, b buffer.Buf, addr netip.AddrPort) error {
+	if !b.Valid() {
+		return buffer.ErrReleased
+	}
+	if err := p.send(ctx, nil, b, addr); err != nil {
+		b.Release()
+		return err
+	}
 	return nil
 }
 
-// SetReadDeadline sets the deadline of ReadFrom and Recv calls, pending and future.
-func (p *PacketConn) SetReadDeadline(t time.Time) error {
+func (p *udEndpoint) maxDatagramSize() int { return p.maxPayload }
+
+func (p *udEndpoint) close() error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		close(p.closing)
+		p.broadcast()
+		p.mu.Unlock()
+		p.closeErr = p.teardown()
+	})
+	return p.closeErr
+}
+
+func (p *udEndpoint) localAddr() net.Addr { return p.laddr }
+
+// setDeadline sets the read (rd) and write (wr) deadlines to t.
+func (p *udEndpoint) setDeadline(t time.Time, rd, wr bool) error {
 	if p.isClosed() {
-		return p.opError("set read deadline", nil, net.ErrClosed)
+		return net.ErrClosed
 	}
-	p.rdDeadline.set(t)
+	if rd {
+		p.rdDeadline.set(t)
+	}
+	if wr {
+		p.wrDeadline.set(t)
+	}
 	return nil
 }
 
-// SetWriteDeadline sets the deadline of WriteTo and SendTo calls, pending and future.
-func (p *PacketConn) SetWriteDeadline(t time.Time) error {
-	if p.isClosed() {
-		return p.opError("set write deadline", nil, net.ErrClosed)
-	}
-	p.wrDeadline.set(t)
-	return nil
-}
-
-// Stats returns the PacketConn's counters.
-func (p *PacketConn) Stats() PacketStats {
+func (p *udEndpoint) stats() PacketStats {
 	pc := p.qp.PostCounts()
 	ps := p.poller.Stats()
 	p.mu.Lock()
@@ -1352,8 +1239,4 @@ func (p *PacketConn) Stats() PacketStats {
 		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs,
 		PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
 		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
-}
-
-func (p *PacketConn) opError(op string, addr net.Addr, err error) error {
-	return &net.OpError{Op: op, Net: "rdma", Source: p.laddr, Addr: addr, Err: err}
 }

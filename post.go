@@ -20,7 +20,7 @@ import "github.com/verbline/rdma/internal/verbs"
 // peer sends into them without a grant) are posted at once, and a waiter
 // posts what is left before it spins (postReadyLocked). Called with c.mu
 // held.
-func (c *Conn) repostLocked() {
+func (c *engine) repostLocked() {
 	if len(c.recvWRs) == 0 || c.qpDown {
 		return
 	}
@@ -40,7 +40,7 @@ func (c *Conn) repostLocked() {
 
 // postReadyLocked posts the receives repostLocked took back. Called with
 // c.mu held.
-func (c *Conn) postReadyLocked() {
+func (c *engine) postReadyLocked() {
 	if len(c.recvReady) == 0 {
 		return
 	}
@@ -57,7 +57,7 @@ func (c *Conn) postReadyLocked() {
 
 // takeReadyLocked empties recvReady and returns what it held (valid until
 // the next repost). Called with c.mu held.
-func (c *Conn) takeReadyLocked() []verbs.RecvWR {
+func (c *engine) takeReadyLocked() []verbs.RecvWR {
 	wrs := c.recvReady
 	c.recvReady = c.recvReady[:0]
 	c.recvDeferred.Store(false)
@@ -65,7 +65,7 @@ func (c *Conn) takeReadyLocked() []verbs.RecvWR {
 }
 
 // postReady is postReadyLocked for a waiter about to poll or park.
-func (c *Conn) postReady() {
+func (c *engine) postReady() {
 	if c.recvDeferred.Load() {
 		c.mu.Lock()
 		c.postReadyLocked()
@@ -75,7 +75,7 @@ func (c *Conn) postReady() {
 
 // postSendsLocked posts wrs, with the receives waiting in recvReady ahead
 // of them in the same call. Called with c.mu held.
-func (c *Conn) postSendsLocked(wrs []verbs.SendWR) error {
+func (c *engine) postSendsLocked(wrs []verbs.SendWR) error {
 	if len(c.recvReady) == 0 {
 		return c.ep.qp.PostSend(wrs)
 	}
@@ -90,7 +90,7 @@ func (c *Conn) postSendsLocked(wrs []verbs.SendWR) error {
 // postBindSendLocked posts a window bind followed by wrs in one post list,
 // with the receives waiting in recvReady ahead of them in the same call.
 // Called with c.mu held.
-func (c *Conn) postBindSendLocked(bind *verbs.BindWR, wrs []verbs.SendWR) error {
+func (c *engine) postBindSendLocked(bind *verbs.BindWR, wrs []verbs.SendWR) error {
 	var recvs []verbs.RecvWR
 	if n := len(c.recvReady); n > 0 && n <= verbs.MaxPostList {
 		recvs = c.takeReadyLocked()

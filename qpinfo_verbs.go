@@ -9,29 +9,6 @@ import (
 	"github.com/verbline/rdma/internal/verbs"
 )
 
-// QPInfo returns what the device holds for the connection's queue pair
-// (ibv_query_qp): the transport settings, the path MTU, the PSNs and the
-// state. It works after a transport error too (State is then "ERR"), until
-// Close; after Close it returns an error wrapping net.ErrClosed. It takes
-// a system call: for debugging, not for a hot path.
-func (c *Conn) QPInfo() (QPInfo, error) {
-	if c.tcp != nil {
-		return QPInfo{}, c.tcp.notRDMA("qp info")
-	}
-	const op = "qp info"
-	if c.isClosed() {
-		return QPInfo{}, c.opError(op, net.ErrClosed)
-	}
-	a, cp, err := c.ep.qp.QueryAttr()
-	if errors.Is(err, verbs.ErrClosed) {
-		err = net.ErrClosed
-	}
-	if err != nil {
-		return QPInfo{}, c.opError(op, err)
-	}
-	return qpInfoOf(c.ep.qp.Num, &a, cp), nil
-}
-
 func qpInfoOf(qpn uint32, a *verbs.QPAttr, cp verbs.QPCap) QPInfo {
 	info := QPInfo{QPN: qpn, DestQPN: a.DestQPN, State: a.State.String(), PathMTU: a.PathMTU.Bytes(),
 		TimeoutExp: a.Timeout, RetryCount: int(a.RetryCnt), RNRRetry: int(a.RNRRetry),
@@ -47,4 +24,19 @@ func qpInfoOf(qpn uint32, a *verbs.QPAttr, cp verbs.QPCap) QPInfo {
 		info.TrafficClass, info.HopLimit, info.SGIDIndex = int(a.AH.TrafficClass), int(a.AH.HopLimit), int(a.AH.SGIDIndex)
 	}
 	return info
+}
+
+// qpInfo is Conn.QPInfo on the engine.
+func (c *engine) qpInfo() (QPInfo, error) {
+	if c.isClosed() {
+		return QPInfo{}, net.ErrClosed
+	}
+	a, cp, err := c.ep.qp.QueryAttr()
+	if errors.Is(err, verbs.ErrClosed) {
+		err = net.ErrClosed
+	}
+	if err != nil {
+		return QPInfo{}, err
+	}
+	return qpInfoOf(c.ep.qp.Num, &a, cp), nil
 }

@@ -90,7 +90,7 @@ type rvRecv struct {
 // pool and the announcement's receive buffer is reposted (its credit goes
 // back to the peer).
 type bigSlot struct {
-	c    *Conn
+	c    *engine
 	idx  int
 	held int64 // the delivered message's charge (MaxUnreadBytes, the device's unread budget)
 }
@@ -109,7 +109,7 @@ func (r *bigSlot) Recycle(b buffer.Buf) {
 
 // unchargeLocked gives back n bytes of incoming large messages: the
 // connection's share and the device's.
-func (c *Conn) unchargeLocked(n int64) {
+func (c *engine) unchargeLocked(n int64) {
 	if n == 0 {
 		return
 	}
@@ -118,7 +118,7 @@ func (c *Conn) unchargeLocked(n int64) {
 }
 
 // maxRecvMessage is the largest message this side accepts (Config.MaxMessageSize).
-func (c *Conn) maxRecvMessage() int {
+func (c *engine) maxRecvMessage() int {
 	limit := c.dev.pool.MaxSize()
 	if m := c.cfg.MaxMessageSize; m > 0 {
 		limit = min(limit, m)
@@ -133,7 +133,7 @@ func (c *Conn) maxRecvMessage() int {
 
 // initRendezvousIn makes the state of incoming large messages, indexed by
 // the receive buffer that carried the announcement.
-func (c *Conn) initRendezvousIn() {
+func (c *engine) initRendezvousIn() {
 	if c.rvIn != nil {
 		return
 	}
@@ -150,7 +150,7 @@ func (c *Conn) initRendezvousIn() {
 
 // initRendezvousOut makes the state of outgoing large messages, indexed
 // by send slot.
-func (c *Conn) initRendezvousOut() {
+func (c *engine) initRendezvousOut() {
 	if c.rvMW != nil {
 		return
 	}
@@ -164,7 +164,7 @@ func (c *Conn) initRendezvousOut() {
 // over, on devices that bound a window's accesses by its MR (lendExact);
 // elsewhere it returns nil and the window is bound over b's arena. The MR
 // grants no remote access by itself.
-func (c *Conn) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
+func (c *engine) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
 	if !c.dev.lendExact {
 		return nil, nil
 	}
@@ -215,7 +215,7 @@ func (d *device) closeLendMR(mr *verbs.MR) {
 // and announces it. The caller reserved the slot, a credit and two
 // send-queue entries; exact is b's own registration (lendRegistration) or
 // nil, and belongs to the slot from here on whatever the outcome.
-func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) error {
+func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) error {
 	c.initRendezvousOut()
 	c.closeLendMRLocked(slot) // a failed send's, if one is left
 	c.rvMR[slot] = exact
@@ -266,7 +266,7 @@ func (c *Conn) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) err
 
 // closeLendMRLocked deregisters send slot slot's own registration, if it
 // has one, once no window is bound over it.
-func (c *Conn) closeLendMRLocked(slot int) {
+func (c *engine) closeLendMRLocked(slot int) {
 	if mr := c.rvMR[slot]; mr != nil {
 		c.rvMR[slot] = nil
 		c.dev.closeLendMR(mr)
@@ -275,7 +275,7 @@ func (c *Conn) closeLendMRLocked(slot int) {
 
 // rendezvousDoneLocked: the peer has read the message of send slot id, so
 // revoke its window; the buffer is released when the invalidate completes.
-func (c *Conn) rendezvousDoneLocked(id uint32) {
+func (c *engine) rendezvousDoneLocked(id uint32) {
 	if int(id) >= len(c.rvSending) || !c.rvSending[id] {
 		c.failLocked(fmt.Errorf("%w: peer finished rendezvous %d, which is not outstanding", ErrProtocol, id))
 		return
@@ -286,7 +286,7 @@ func (c *Conn) rendezvousDoneLocked(id uint32) {
 }
 
 // rendezvousInLocked handles an announcement received in receive buffer idx.
-func (c *Conn) rendezvousInLocked(idx, n int) {
+func (c *engine) rendezvousInLocked(idx, n int) {
 	d, err := wire.ParseRendezvous(c.ep.recv[idx].Full()[:n])
 	if err != nil {
 		c.failLocked(fmt.Errorf("%w: %w", ErrProtocol, err))
@@ -318,7 +318,7 @@ var holdRendezvous func(wire.Rendezvous) bool
 // answers, and the READs of incoming rendezvous (taking a pool buffer only
 // for a READ about to be posted, so a peer announcing many large messages
 // holds no more than maxRendezvous of them at a time).
-func (c *Conn) pumpRendezvousLocked() {
+func (c *engine) pumpRendezvousLocked() {
 	if c.qpDown {
 		return // release revokes the windows and frees the buffers
 	}
@@ -393,7 +393,7 @@ func (c *Conn) pumpRendezvousLocked() {
 // awaitBuffer waits for the device's unread budget (unless charged) and
 // the pool to have room for the rendezvous in receive buffer idx; nothing
 // is lost meanwhile, the peer's buffer stays lent to us.
-func (c *Conn) awaitBuffer(idx, n int, charged bool) {
+func (c *engine) awaitBuffer(idx, n int, charged bool) {
 	if !charged && !c.awaitUnread(int64(n)) {
 		return // the connection is being released
 	}
@@ -429,7 +429,7 @@ func (c *Conn) awaitBuffer(idx, n int, charged bool) {
 // that c's own releases, which may leave it alone (holding no large
 // message) and so entitled to one past the budget, cannot slip between
 // the check and the wait.
-func (c *Conn) awaitUnread(n int64) bool {
+func (c *engine) awaitUnread(n int64) bool {
 	for {
 		c.mu.Lock()
 		ok, changed := c.dev.unread.tryCharge(n, c.rvHeld == 0)
@@ -446,7 +446,7 @@ func (c *Conn) awaitUnread(n int64) bool {
 }
 
 // readDoneLocked: the READ of the rendezvous in receive buffer idx ended.
-func (c *Conn) readDoneLocked(idx int, wc *verbs.WC) {
+func (c *engine) readDoneLocked(idx int, wc *verbs.WC) {
 	c.rvReads--
 	switch wc.Status {
 	case verbs.WCSuccess:
@@ -469,7 +469,7 @@ func (c *Conn) readDoneLocked(idx int, wc *verbs.WC) {
 
 // inboxPushLocked queues receive buffer idx's message behind the ones not
 // yet delivered.
-func (c *Conn) inboxPushLocked(idx int) {
+func (c *engine) inboxPushLocked(idx int) {
 	c.inbox[(c.inHead+c.inLen)%len(c.inbox)] = idx
 	c.inLen++
 }
@@ -477,7 +477,7 @@ func (c *Conn) inboxPushLocked(idx int) {
 // drainInboxLocked delivers the messages at the head of the inbox that are
 // complete. Messages() has room for every receive buffer, and each queued
 // message holds one, so this never blocks.
-func (c *Conn) drainInboxLocked() {
+func (c *engine) drainInboxLocked() {
 	for c.inLen > 0 && !c.msgsClosed {
 		idx := c.inbox[c.inHead]
 		r := &c.rvIn[idx]
@@ -502,7 +502,7 @@ func (c *Conn) drainInboxLocked() {
 // rel the buffers of undelivered large messages (a READ may still write into
 // them until the QP is destroyed); undelivered messages' receive buffers go
 // back with the receive ring.
-func (c *Conn) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
+func (c *engine) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 	if c.rvCancel != nil {
 		c.rvCancel()
 	}

@@ -20,7 +20,7 @@ import (
 // addRecvsLocked takes n free buffers from the pool and posts them as
 // receives; it returns how many it posted: n, or 0 if the pool has fewer
 // free (it grows meanwhile, or at its limit the rings stay as they are).
-func (c *Conn) addRecvsLocked(n int) int {
+func (c *engine) addRecvsLocked(n int) int {
 	first := len(c.ep.recv)
 	if !c.takeFreeLocked(&c.ep.recv, n) {
 		return 0
@@ -44,7 +44,7 @@ func (c *Conn) addRecvsLocked(n int) int {
 // growSendRingLocked doubles the send ring (up to Config.SendBuffers).
 // Called with c.mu and writeMu held, by a writer with credits and no free
 // send buffer.
-func (c *Conn) growSendRingLocked() {
+func (c *engine) growSendRingLocked() {
 	first := len(c.ep.send)
 	if !c.takeFreeLocked(&c.ep.send, min(first, c.ep.maxSend-first)) {
 		return
@@ -57,7 +57,7 @@ func (c *Conn) growSendRingLocked() {
 // takeFreeLocked appends n free buffers of the rings' size to *ring, all
 // or none (the rings keep their doubling sizes): if the pool has fewer
 // free, those taken go back and growPoolLocked registers an arena.
-func (c *Conn) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
+func (c *engine) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
 	if c.poolGrowing || c.poolFullLocked() {
 		return false // tried again once the pool has grown, or after poolRetry
 	}
@@ -88,7 +88,7 @@ func (c *Conn) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
 // At the pool's limit (Config.PoolMaxBytes) the rings stay as they are, and
 // for poolRetry no new attempt is made: each costs the pool a search for
 // arenas to take back from other sizes.
-func (c *Conn) growPoolLocked(err error, need int) {
+func (c *engine) growPoolLocked(err error, need int) {
 	if !errors.Is(err, buffer.ErrNoFree) || c.released {
 		return
 	}
@@ -115,12 +115,12 @@ func (c *Conn) growPoolLocked(err error, need int) {
 
 // poolFullLocked reports whether growPoolLocked found the pool at its
 // limit less than poolRetry ago.
-func (c *Conn) poolFullLocked() bool {
+func (c *engine) poolFullLocked() bool {
 	return !c.poolFullAt.IsZero() && time.Since(c.poolFullAt) < poolRetry
 }
 
 // ringBytes is the registered memory the connection's rings hold now.
-func (c *Conn) ringBytes() uint64 {
+func (c *engine) ringBytes() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := uint64(len(c.ep.recv)+len(c.ep.send)) * uint64(c.ep.bufSize)

@@ -67,7 +67,7 @@ func isSoftRoCE(name string) bool {
 // bindReadyLocked reports whether a memory window may be bound on this
 // connection's send queue now. If not, the caller waits for completions
 // (each batch of them broadcasts) and asks again. Called with c.mu held.
-func (c *Conn) bindReadyLocked() bool {
+func (c *engine) bindReadyLocked() bool {
 	if c.sqInFlight == 0 || c.qpDown || !c.dev.quietBind() {
 		return true
 	}

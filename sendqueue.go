@@ -43,12 +43,12 @@ type sqEntry struct {
 
 // sqUsedLocked is how many send-queue entries are taken: posted and not
 // retired, plus those a writer reserved and has not posted yet.
-func (c *Conn) sqUsedLocked() int { return c.sqInFlight + c.sqReserved }
+func (c *engine) sqUsedLocked() int { return c.sqInFlight + c.sqReserved }
 
 // sqPushLocked appends a request about to be posted to the queue and sets
 // its wr_id (the kind and the queue position) and its signaled flag.
 // Called with c.mu held; the caller checked that the queue has room.
-func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) {
+func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) {
 	pos := (c.sqHead + c.sqInFlight) % len(c.sq)
 	c.sq[pos] = sqEntry{kind: kind, idx: idx}
 	c.sqInFlight++
@@ -83,7 +83,7 @@ func (c *Conn) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) 
 // lowSlots, those that take the last free operation slot or leave half of
 // them, so a writer keeping every slot busy gets half back while the other
 // half are in flight.
-func (c *Conn) asyncForceLocked(lowSlots bool) bool {
+func (c *engine) asyncForceLocked(lowSlots bool) bool {
 	return c.oq.viaChan.Load() || c.asyncOut == 0 || lowSlots
 }
 
@@ -93,7 +93,7 @@ func (c *Conn) asyncForceLocked(lowSlots bool) bool {
 // no receive and no credit at the peer, and a zero-length RDMA operation is
 // not required to carry a valid R_Key: IBA C9-88; rxe's check_rkey accepts
 // it). Called with c.mu held.
-func (c *Conn) flushAsyncLocked() {
+func (c *engine) flushAsyncLocked() {
 	if c.asyncUnsig && !c.qpDown && c.sqUsedLocked() < c.ep.sqDepth {
 		c.postFlushLocked()
 	}
@@ -101,26 +101,26 @@ func (c *Conn) flushAsyncLocked() {
 
 // postFlushLocked posts a signaled zero-length RDMA WRITE: its completion
 // retires every request posted before it.
-func (c *Conn) postFlushLocked() {
+func (c *engine) postFlushLocked() {
 	c.postLocked(verbs.SendWR{Opcode: verbs.OpRDMAWrite}, wrSendCtl, 0, true)
 }
 
 // sqLowLocked reports whether a resource that only send completions give
 // back is running low.
-func (c *Conn) sqLowLocked() bool {
+func (c *engine) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
 		len(c.sendFree) < min(signalEvery, len(c.ep.send)) ||
 		c.msgFree != nil && len(c.msgFree) < signalEvery // nil: the message view never sent
 }
 
 // sqPopLocked takes back the last n pushed requests (their post failed).
-func (c *Conn) sqPopLocked(n int) { c.sqInFlight -= min(n, c.sqInFlight) }
+func (c *engine) sqPopLocked(n int) { c.sqInFlight -= min(n, c.sqInFlight) }
 
 // sqRetireLocked handles the completion of the request at queue position
 // pos: every older request retires successfully first (RC completes in
 // order, and a failed one would have produced its own completion), then
 // the one at pos with wc's status.
-func (c *Conn) sqRetireLocked(pos int, wc *verbs.WC) {
+func (c *engine) sqRetireLocked(pos int, wc *verbs.WC) {
 	ok := verbs.WC{Status: verbs.WCSuccess}
 	for c.sqInFlight > 0 {
 		at := c.sqHead
@@ -136,7 +136,7 @@ func (c *Conn) sqRetireLocked(pos int, wc *verbs.WC) {
 }
 
 // sendDoneLocked finishes one retired send-queue request.
-func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
+func (c *engine) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 	switch e.kind {
 	case wrSendData:
 		c.sendDone++
@@ -175,7 +175,7 @@ func (c *Conn) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 // index (through ctlWR: a local would escape to the heap); force asks for
 // its completion. A failed post ends the connection. Called with c.mu held;
 // the caller checked that the send queue has room.
-func (c *Conn) postLocked(wr verbs.SendWR, kind uint64, idx int, force bool) error {
+func (c *engine) postLocked(wr verbs.SendWR, kind uint64, idx int, force bool) error {
 	c.sqPushLocked(&wr, kind, idx, force)
 	c.ctlWR[0] = wr
 	if err := c.postSendsLocked(c.ctlWR[:]); err != nil {

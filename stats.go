@@ -1,11 +1,4 @@
-//go:build linux && cgo
-
 package rdma
-
-import (
-	"github.com/verbline/rdma/internal/poller"
-	"github.com/verbline/rdma/internal/verbs"
-)
 
 // ConnStats counts the work behind a connection, to check batching and who
 // makes progress: doorbells and signaled completions per message should fall
@@ -46,36 +39,4 @@ type ConnStats struct {
 	// BufferBytes is the registered memory the connection's send and
 	// receive rings hold now (they grow with traffic: see Config.RecvBuffers).
 	BufferBytes uint64
-}
-
-// Stats returns the connection's counters.
-func (c *Conn) Stats() ConnStats {
-	if c.tcp != nil {
-		return c.tcp.stats()
-	}
-	st := postStats(c.ep.qp)
-	st.add(pollerStats(c.ep.poller.Stats()))
-	st.KeepaliveProbes, st.DeviceEvents, st.BufferBytes = c.keepaliveProbes(), c.dev.events.Load(), c.ringBytes()
-	return st
-}
-
-// postStats is the post counters of q, the part of a ConnStats a QP keeps.
-func postStats(q *verbs.QP) ConnStats {
-	calls, wrs := q.PostStats()
-	pc := q.PostCounts()
-	return ConnStats{PostCalls: calls, WorkRequests: wrs,
-		SendPosts: pc.SendPosts, SendWRs: pc.SendWRs, Signaled: pc.Signaled, Inlined: pc.Inlined,
-		RecvPosts: pc.RecvPosts, RecvWRs: pc.RecvWRs}
-}
-
-// pollerStats is the part of a ConnStats a poller keeps.
-func pollerStats(ps poller.Stats) *ConnStats {
-	return &ConnStats{PollCalls: ps.Polls, Completions: ps.Completions, PollerSleeps: ps.Sleeps, PollerWakeups: ps.Wakeups,
-		InlinePolls: ps.InlinePolls, EmptyPolls: ps.EmptyPolls, Parks: ps.Parks, Arms: ps.Arms}
-}
-
-func (c *Conn) keepaliveProbes() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.probes
 }

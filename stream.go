@@ -50,20 +50,7 @@ type rxMsg struct {
 	n   int // bytes received
 }
 
-// Read reads data from the connection. It returns io.EOF once the peer has
-// closed (or half-closed) and every byte it wrote has been read.
-func (c *Conn) Read(b []byte) (int, error) {
-	if c.tcp != nil {
-		return c.tcp.read(b)
-	}
-	n, err := c.read(b)
-	if err != nil && err != io.EOF {
-		err = c.opError("read", err)
-	}
-	return n, err
-}
-
-func (c *Conn) read(b []byte) (int, error) {
+func (c *engine) read(b []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	var w poller.Waiter
@@ -80,31 +67,8 @@ func (c *Conn) read(b []byte) (int, error) {
 	return n, nil
 }
 
-// WriteTo writes what the peer sends to w until the peer's end of stream
-// (which is not an error here) or an error, and returns how many bytes w
-// took: io.Copy(w, conn) calls it. Each received chunk goes to w straight
-// from the receive buffer the NIC filled, so io.Copy needs no buffer of
-// its own (it would allocate 32 KiB per call) and the bytes are copied
-// once fewer than through Read. w must not keep the slice (io.Writer's
-// rule): the buffer is reposted for the peer when w.Write returns. The
-// read deadline bounds the waits for data, not w.Write. An error of w is
-// returned as w returned it.
-func (c *Conn) WriteTo(w io.Writer) (int64, error) {
-	if c.tcp != nil {
-		return io.Copy(w, tcpReader{c.tcp})
-	}
-	n, werr, err := c.writeTo(w)
-	if werr != nil {
-		return n, werr
-	}
-	if err != nil {
-		err = c.opError("writeto", err) // as net.TCPConn.WriteTo names it
-	}
-	return n, err
-}
-
 // writeTo is WriteTo's loop: it returns w's error apart from its own.
-func (c *Conn) writeTo(w io.Writer) (total int64, werr, err error) {
+func (c *engine) writeTo(w io.Writer) (total int64, werr, err error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	var wt poller.Waiter
@@ -158,7 +122,7 @@ func (c *Conn) writeTo(w io.Writer) (total int64, werr, err error) {
 // without c.mu: the reason reading stops (io.EOF at the end of stream,
 // Close, the deadline, a receive error), or, with block false, nothing
 // when no data is queued. The caller holds readMu.
-func (c *Conn) awaitData(w *poller.Waiter, block bool) (bool, error) {
+func (c *engine) awaitData(w *poller.Waiter, block bool) (bool, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -199,7 +163,7 @@ func (c *Conn) awaitData(w *poller.Waiter, block bool) (bool, error) {
 
 // copyOut copies queued data into b and takes back the receives it
 // emptied. Called with c.mu held and data queued.
-func (c *Conn) copyOut(b []byte) int {
+func (c *engine) copyOut(b []byte) int {
 	n := 0
 	c.recvWRs = c.recvWRs[:0]
 	for c.rqLen > 0 && n < len(b) {
@@ -215,7 +179,7 @@ func (c *Conn) copyOut(b []byte) int {
 // consumeLocked marks n bytes of the oldest queued chunk read (WriteTo
 // wrote them out) and takes its receive back once it is empty. Called with c.mu
 // held and data queued.
-func (c *Conn) consumeLocked(n int) {
+func (c *engine) consumeLocked(n int) {
 	c.recvWRs = c.recvWRs[:0]
 	c.takeLocked(&c.rq[c.rqHead], n)
 	c.repostLocked()
@@ -224,7 +188,7 @@ func (c *Conn) consumeLocked(n int) {
 // takeLocked marks k more bytes of m, the oldest queued chunk, read; an
 // emptied chunk leaves the queue and its receive joins c.recvWRs for the
 // repost. Called with c.mu held.
-func (c *Conn) takeLocked(m *rxMsg, k int) {
+func (c *engine) takeLocked(m *rxMsg, k int) {
 	m.off += k
 	if m.off == m.n {
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(m.buf))
@@ -233,23 +197,18 @@ func (c *Conn) takeLocked(m *rxMsg, k int) {
 	}
 }
 
-// Write writes b to the connection, split into chunks of at most the peer's
-// receive buffer size and pipelined over the send buffers. It returns once
-// every byte is in a posted send buffer (as TCP's returns once the bytes are
-// in the socket buffer).
-func (c *Conn) Write(b []byte) (int, error) {
-	if c.tcp != nil {
-		return c.tcp.write(b)
-	}
-	n, err := c.write(b)
-	c.counts.wrote(n)
-	if err != nil {
-		err = c.opError("write", err)
-	}
-	return n, err
+// closeWrite is Conn.CloseWrite on the engine.
+func (c *engine) closeWrite() error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	return c.sendFIN(c.cfg.CloseTimeout)
 }
 
-func (c *Conn) write(b []byte) (int, error) {
+// write is Conn.Write on the engine: it reserves send buffers and credits
+// for as many chunks as it can, copies the chunks outside c.mu and posts
+// them in one call, until b is written; what it wrote is counted for the
+// metrics.
+func (c *engine) write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	written := 0
@@ -259,10 +218,12 @@ func (c *Conn) write(b []byte) (int, error) {
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()
+			c.counts.wrote(written)
 			return written, err
 		}
 		if len(b) == 0 {
 			c.mu.Unlock()
+			c.counts.wrote(written)
 			return written, nil
 		}
 		// Reserve send buffers and credits for as many chunks as we can.
@@ -345,28 +306,15 @@ func (c *Conn) write(b []byte) (int, error) {
 		}
 		c.mu.Unlock()
 		if err != nil || len(b) == 0 {
+			c.counts.wrote(written)
 			return written, err // all posted: no second look at the state
 		}
 	}
 }
 
-// CloseWrite shuts down the writing side: the peer reads every byte written
-// before it and then io.EOF, and can still write back.
-func (c *Conn) CloseWrite() error {
-	if c.tcp != nil {
-		return c.tcp.closeWrite()
-	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	if err := c.sendFIN(c.cfg.CloseTimeout); err != nil {
-		return c.opError("close", err)
-	}
-	return nil
-}
-
 // sendFIN queues the end-of-stream mark after all data, waiting for a credit
 // for at most timeout. The caller holds writeMu.
-func (c *Conn) sendFIN(timeout time.Duration) error {
+func (c *engine) sendFIN(timeout time.Duration) error {
 	until := time.Now().Add(timeout)
 	var w poller.Waiter
 	defer w.End()

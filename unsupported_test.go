@@ -82,9 +82,14 @@ func TestNoRDMADialListen(t *testing.T) {
 
 // No *Conn, *Listener or *Export can be obtained in this build, but their
 // zero values may be used: every method returns at once, each error wraps
-// ErrNoDevice, and each channel is closed (a receive does not block).
+// ErrNoDevice, and each channel is closed (a receive does not block). A
+// zero Notification holds no buffer: its Release says so, as in every
+// build.
 func TestNoRDMAZeroValues(t *testing.T) {
-	for _, v := range []any{&Conn{}, &Listener{}, &Export{}, Notification{}} {
+	if err := (Notification{}).Release(); err == nil || !strings.Contains(err.Error(), "zero Buf") {
+		t.Errorf("Release of a zero Notification: %v, want the zero Buf error", err)
+	}
+	for _, v := range []any{&Conn{}, &Listener{}, &Export{}} {
 		rv := reflect.ValueOf(v)
 		for i := range rv.NumMethod() {
 			m := rv.Type().Method(i)

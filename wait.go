@@ -24,7 +24,7 @@ import (
 // its wake-up channel (false: the waiter is registered as parked and the
 // CQ armed, so the completion it waits for wakes the poller's goroutine,
 // which dispatches it).
-func (c *Conn) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
+func (c *engine) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	c.postReady() // receives taken back are posted before this side waits (an atomic load when none)
 	if !w.Started() {
 		startWait(w, c.ep.poller, est, &c.cfg)
@@ -95,7 +95,7 @@ func park(ctx context.Context, wake <-chan struct{}, d *deadline, closing <-chan
 // change or until passes (then it reports false). For the waits of
 // CloseWrite and Close, which go on after c.closing is closed. Called with
 // c.mu held; returns with it held.
-func (c *Conn) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
+func (c *engine) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
 	if !time.Now().Before(until) {
 		return false
 	}
@@ -122,7 +122,7 @@ func (c *Conn) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
 // held, right after the caller's condition failed; returns with it held,
 // and the caller checks its condition again. w is the caller's wait (its
 // End is the caller's to defer).
-func (c *Conn) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
+func (c *engine) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
 	if !w.Started() || w.Spinning() {
 		c.mu.Unlock()
 		c.spinWait(w, &c.wrSpin)

@@ -68,7 +68,7 @@ const poolRetry = 100 * time.Millisecond
 // windowTaken is called when the application takes a message or a
 // notification: with the peer starved, that may be what lets the window
 // grow (no receive is reposted while the application holds what it took).
-func (c *Conn) windowTaken() {
+func (c *engine) windowTaken() {
 	if !c.starvedHint.Load() {
 		return
 	}
@@ -82,14 +82,14 @@ func (c *Conn) windowTaken() {
 
 // grantedLocked records that the pending credits went out in a message
 // just posted.
-func (c *Conn) grantedLocked() {
+func (c *engine) grantedLocked() {
 	c.peerCredits += c.pending
 	c.pending = 0
 }
 
 // creditsInLocked adds n credits the peer returned; credits beyond the
 // largest window a peer may have fail the connection (false).
-func (c *Conn) creditsInLocked(n uint32) bool {
+func (c *engine) creditsInLocked(n uint32) bool {
 	c.credits += int(n)
 	if c.credits > maxWindow {
 		c.failLocked(fmt.Errorf("%w: peer granted credits for %d receives; no receive window exceeds %d",
@@ -101,7 +101,7 @@ func (c *Conn) creditsInLocked(n uint32) bool {
 
 // peerSpentLocked counts a credit-using message from the peer; one beyond
 // its credits fails the connection (false).
-func (c *Conn) peerSpentLocked() bool {
+func (c *engine) peerSpentLocked() bool {
 	c.peerCredits--
 	if c.peerCredits < 0 {
 		c.failLocked(fmt.Errorf("%w: peer sent a message beyond the credits it was granted", ErrProtocol))
@@ -117,7 +117,7 @@ func (c *Conn) peerSpentLocked() bool {
 // maybeGrowWindowLocked doubles the receive window if the window, not the
 // reader, holds the peer back (see above). Called with c.mu held, right
 // after reposting.
-func (c *Conn) maybeGrowWindowLocked() {
+func (c *engine) maybeGrowWindowLocked() {
 	limit := min(c.cfg.RecvBuffers, maxWindow)
 	if !c.peerStarved || c.window >= limit || c.qpDown {
 		return
@@ -140,7 +140,7 @@ func (c *Conn) maybeGrowWindowLocked() {
 // growReserveLocked posts one more receive for the peer's rendezvous done
 // answers, so one more large message may be outstanding. Called with c.mu
 // held by a Send that found the reserve in use.
-func (c *Conn) growReserveLocked() bool {
+func (c *engine) growReserveLocked() bool {
 	if c.rvReserve >= maxRendezvous || c.qpDown || c.addRecvsLocked(1) == 0 {
 		return false
 	}

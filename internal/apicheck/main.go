@@ -1,9 +1,9 @@
 // Command apicheck checks that the module's public packages export the same
 // API in every build: on Linux with cgo (the RDMA implementation) and in the
 // builds without it (CGO_ENABLED=0, GOOS=darwin, GOOS=windows), where
-// unsupported.go stands in. A program that compiles against one build must
-// compile against the others, so nothing may drift: a method added to Conn in
-// the Linux build and not to the stub fails `make vet` here.
+// engine_stub.go stands in for the engine. A program that compiles against
+// one build must compile against the others, so nothing may drift: an
+// exported declaration in a file of one build only fails `make vet` here.
 //
 //	go run ./internal/apicheck [-v] [-go GO] [packages]
 //
@@ -87,7 +87,7 @@ func main() {
 		bad = bad || !same
 	}
 	if bad {
-		fmt.Println("Keep the stand-ins for builds without RDMA (unsupported.go, files tagged !linux || !cgo) in step with the Linux build.")
+		fmt.Println("Keep the stand-ins for builds without RDMA (engine_stub.go, files tagged !linux || !cgo) in step with the Linux build.")
 		os.Exit(1)
 	}
 }
