@@ -70,6 +70,8 @@ vet: build-deps
 	@# No error formatted into another without %w (internal/errchain).
 	$(GO) run ./internal/errchain/cmd/errchain ./...
 	@$(GO) mod tidy -diff || { echo "FAIL: go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@# The data path's small helpers in other packages still inline.
+	@GO=$(GO) scripts/check-inlining
 	@# The tree speaks only of the library: no session or issue-number provenance.
 	@scripts/check-provenance
 

@@ -5,6 +5,7 @@ package rdma
 import (
 	"context"
 	"errors"
+	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"os"
 	"sync"
@@ -46,7 +47,7 @@ type engine struct {
 	// Synchronized by themselves.
 	readMu                 sync.Mutex // one Read at a time; held while it waits
 	writeMu                sync.Mutex // one Write at a time, so writes are not interleaved
-	rdDeadline, wrDeadline deadline
+	rdDeadline, wrDeadline deadline.Deadline
 	// Spin budgets learnt from recent waits (poller.SpinBudget): readers
 	// (Read, Recv, RecvNotification) and writers (Write, Send, one-sided).
 	rdSpin, wrSpin poller.SpinBudget
@@ -96,8 +97,8 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		wrSig:      make(chan struct{}, 1),
 		closing:    make(chan struct{}),
 		eventsDone: make(chan struct{}),
-		rdDeadline: makeDeadline(),
-		wrDeadline: makeDeadline(),
+		rdDeadline: deadline.New(),
+		wrDeadline: deadline.New(),
 	}}
 	c := &conn.engine
 	ep, err := newEndpoint(id, cfg, c.countCompletions)
@@ -428,10 +429,10 @@ func (c *engine) setDeadline(t time.Time, rd, wr bool) error {
 		return net.ErrClosed
 	}
 	if rd {
-		c.rdDeadline.set(t)
+		c.rdDeadline.Set(t)
 	}
 	if wr {
-		c.wrDeadline.set(t)
+		c.wrDeadline.Set(t)
 	}
 	return nil
 }
@@ -448,7 +449,7 @@ func (c *engine) writeErrLocked() error {
 		return syscall.EPIPE // after CloseWrite, as for TCP
 	case c.werr != nil:
 		return c.werr
-	case c.wrDeadline.expired():
+	case c.wrDeadline.Expired():
 		return os.ErrDeadlineExceeded
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"net/netip"
 	"os"
@@ -311,7 +312,7 @@ func (f *fallbackListener) tcpLoop() {
 	for {
 		nc, err := f.tcp.AcceptTCP()
 		if err != nil {
-			if isClosedChan(f.closing) {
+			if deadline.IsClosed(f.closing) {
 				return
 			}
 			var ne net.Error
@@ -398,7 +399,7 @@ func (f *fallbackListener) runAdmit(nc *net.TCPConn, cut <-chan struct{}) error 
 		nc.SetWriteDeadline(time.Now().Add(tcpAnswerWrite))
 		return errors.New(reason)
 	}
-	if isClosedChan(f.closing) {
+	if deadline.IsClosed(f.closing) {
 		<-cut
 		return refuse("listener is closing")
 	}

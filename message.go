@@ -304,7 +304,7 @@ again:
 		if ctx != nil && ctx.Err() != nil {
 			return zero, ctx.Err()
 		}
-		if c.rdDeadline.expired() {
+		if c.rdDeadline.Expired() {
 			return zero, os.ErrDeadlineExceeded
 		}
 		if wake != nil || viaChan && w.Started() && !w.Spinning() {
@@ -327,7 +327,7 @@ again:
 	case <-wake:
 		w.End() // a new wait, with a new spin budget
 		goto again
-	case <-c.rdDeadline.wait():
+	case <-c.rdDeadline.Wait():
 		return zero, os.ErrDeadlineExceeded
 	case <-c.closing:
 		return zero, net.ErrClosed

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/deadline"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -59,7 +60,7 @@ type udEndpoint struct {
 	eventsDone   chan struct{}       // closed when eventLoop exits
 
 	// Synchronized by themselves.
-	rdDeadline, wrDeadline deadline
+	rdDeadline, wrDeadline deadline.Deadline
 	rdSpin, wrSpin         poller.SpinBudget
 	chanUser               atomic.Bool
 	bg                     sync.WaitGroup // address resolutions in progress
@@ -175,8 +176,8 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		cfg: *cfg, ch: ch,
 		closing:      make(chan struct{}),
 		eventsDone:   make(chan struct{}),
-		rdDeadline:   makeDeadline(),
-		wrDeadline:   makeDeadline(),
+		rdDeadline:   deadline.New(),
+		wrDeadline:   deadline.New(),
 		resolving:    make(map[netip.AddrPort]*udResolution),
 		resolvers:    make(map[*rdmacm.ID]chan rdmacm.UDEvent),
 		sendWRs:      make([]verbs.UDSendWR, 1),
@@ -390,7 +391,7 @@ func (p *udEndpoint) recvDatagram(ctx context.Context) (Datagram, error) {
 	select {
 	case d, ok := <-p.msgs:
 		return p.received(d, ok)
-	case <-p.rdDeadline.wait():
+	case <-p.rdDeadline.Wait():
 		return Datagram{}, os.ErrDeadlineExceeded
 	case <-p.closing:
 		return Datagram{}, net.ErrClosed
@@ -409,7 +410,7 @@ func (p *udEndpoint) readable(ctx context.Context) error {
 	if ctx != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if p.rdDeadline.expired() {
+	if p.rdDeadline.Expired() {
 		return os.ErrDeadlineExceeded
 	}
 	return nil
@@ -446,7 +447,7 @@ func (p *udEndpoint) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 	if zb.Valid() {
 		n = zb.Len()
 	}
-	if p.wrDeadline.expired() { // as net: a write past its deadline fails, even one that would not wait
+	if p.wrDeadline.Expired() { // as net: a write past its deadline fails, even one that would not wait
 		return os.ErrDeadlineExceeded
 	}
 	if n > p.maxPayload {
@@ -543,8 +544,8 @@ func (p *udEndpoint) postDatagramLocked(peer *udPeer, payload []byte, zb buffer.
 // waitLocked waits for a state change, ctx, the deadline or Close, driving
 // the CQ meanwhile (as Conn.waitLocked). Called with p.mu held; returns
 // with it held.
-func (p *udEndpoint) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
-	if d.expired() {
+func (p *udEndpoint) waitLocked(ctx context.Context, d *deadline.Deadline, w *poller.Waiter) error {
+	if d.Expired() {
 		return os.ErrDeadlineExceeded
 	}
 	if ctx != nil && ctx.Err() != nil {
@@ -874,7 +875,7 @@ func (p *udEndpoint) waitResolution(ctx context.Context, r *udResolution) error 
 	select {
 	case <-r.done:
 		return r.err
-	case <-p.wrDeadline.wait():
+	case <-p.wrDeadline.Wait():
 		return os.ErrDeadlineExceeded
 	case <-p.closing:
 		return net.ErrClosed
@@ -1219,10 +1220,10 @@ func (p *udEndpoint) setDeadline(t time.Time, rd, wr bool) error {
 		return net.ErrClosed
 	}
 	if rd {
-		p.rdDeadline.set(t)
+		p.rdDeadline.Set(t)
 	}
 	if wr {
-		p.wrDeadline.set(t)
+		p.wrDeadline.Set(t)
 	}
 	return nil
 }

@@ -129,7 +129,7 @@ func (c *engine) awaitData(w *poller.Waiter, block bool) (bool, error) {
 			c.mu.Unlock()
 			return false, net.ErrClosed
 		}
-		if c.rdDeadline.expired() {
+		if c.rdDeadline.Expired() {
 			c.mu.Unlock()
 			return false, os.ErrDeadlineExceeded
 		}
@@ -155,7 +155,7 @@ func (c *engine) awaitData(w *poller.Waiter, block bool) (bool, error) {
 		c.flushCredits()
 		select {
 		case <-c.rdSig:
-		case <-c.rdDeadline.wait():
+		case <-c.rdDeadline.Wait():
 		case <-c.closing:
 		}
 	}
@@ -240,7 +240,7 @@ func (c *engine) write(b []byte) (int, error) {
 			}
 			select {
 			case <-c.wrSig:
-			case <-c.wrDeadline.wait():
+			case <-c.wrDeadline.Wait():
 			case <-c.closing:
 			}
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/deadline"
 	"io"
 	"net"
 	"os"
@@ -71,7 +72,7 @@ type tcpConn struct {
 	readMu     sync.Mutex // one Read at a time; guards cur
 	cur        buffer.Buf // the stream chunk being read
 	curOff     int
-	rdDeadline deadline
+	rdDeadline deadline.Deadline
 
 	// The writer's side. Producers hold wmu shared while they queue, Close
 	// exclusively to stop them; wmu guards closed and finSent.
@@ -80,7 +81,7 @@ type tcpConn struct {
 	closed     bool
 	finSent    bool
 	writeMu    sync.Mutex // one Write or CloseWrite at a time: a Write's chunks stay together
-	wrDeadline deadline
+	wrDeadline deadline.Deadline
 	wdead      chan struct{} // closed when writing failed; werr says why
 	werr       error
 	werrOnce   sync.Once
@@ -266,9 +267,9 @@ func makeTCPConn(src frameSource, cfg *Config, pool *buffer.Pool, lim frameLimit
 		room:       make(chan struct{}, 1),
 		delivered:  make(chan struct{}),
 		notes:      make(chan Notification),
-		rdDeadline: makeDeadline(),
+		rdDeadline: deadline.New(),
 		out:        make(chan outFrame, cfg.SendBuffers),
-		wrDeadline: makeDeadline(),
+		wrDeadline: deadline.New(),
 		wdead:      make(chan struct{}),
 		opDone:     make(chan OpCompletion, cfg.SendBuffers),
 	}
@@ -310,7 +311,7 @@ func (t *tcpConn) readLoop() {
 		var b buffer.Buf
 		typ, b, err = fr.next()
 		if err != nil {
-			closing = isClosedChan(t.closing)
+			closing = deadline.IsClosed(t.closing)
 			break
 		}
 		q := t.streamQ
@@ -354,7 +355,7 @@ func (t *tcpConn) waitRoom() bool {
 			return false
 		}
 	}
-	return !isClosedChan(t.closing)
+	return !deadline.IsClosed(t.closing)
 }
 
 // handedOut takes n bytes of a frame's buffer out of the budget (the
@@ -458,7 +459,7 @@ func (t *tcpConn) failWrite(err error) {
 	})
 }
 
-func (t *tcpConn) writeFailed() bool { return isClosedChan(t.wdead) }
+func (t *tcpConn) writeFailed() bool { return deadline.IsClosed(t.wdead) }
 
 // queue hands f to the writer, waiting for room (bounded by ctx, the write
 // deadline and Close). On failure f is the caller's still.
@@ -501,7 +502,7 @@ func (t *tcpConn) queueLocked(ctx context.Context, f outFrame) error {
 		return net.ErrClosed
 	case <-t.wdead:
 		return t.werr
-	case <-t.wrDeadline.wait():
+	case <-t.wrDeadline.Wait():
 		return os.ErrDeadlineExceeded
 	case <-done:
 		return ctx.Err()
@@ -511,13 +512,13 @@ func (t *tcpConn) queueLocked(ctx context.Context, f outFrame) error {
 // writeErr says why nothing can be written now, or nil. Called with wmu held.
 func (t *tcpConn) writeErr() error {
 	switch {
-	case t.closed || isClosedChan(t.closing):
+	case t.closed || deadline.IsClosed(t.closing):
 		return net.ErrClosed
 	case t.finSent:
 		return syscall.EPIPE // after CloseWrite, as for TCP
 	case t.writeFailed():
 		return t.werr
-	case t.wrDeadline.expired():
+	case t.wrDeadline.Expired():
 		return os.ErrDeadlineExceeded
 	}
 	return nil
@@ -541,10 +542,10 @@ func (t *tcpConn) readStream(b []byte) (int, error) {
 	t.readMu.Lock()
 	defer t.readMu.Unlock()
 	for {
-		if isClosedChan(t.closing) {
+		if deadline.IsClosed(t.closing) {
 			return 0, net.ErrClosed
 		}
-		if t.rdDeadline.expired() {
+		if t.rdDeadline.Expired() {
 			return 0, os.ErrDeadlineExceeded
 		}
 		if t.cur.Valid() {
@@ -569,7 +570,7 @@ func (t *tcpConn) readStream(b []byte) (int, error) {
 			}
 			select {
 			case c, ok = <-t.streamQ:
-			case <-t.rdDeadline.wait():
+			case <-t.rdDeadline.Wait():
 				continue
 			case <-t.closing:
 				continue
@@ -588,7 +589,7 @@ func (t *tcpConn) readStream(b []byte) (int, error) {
 func (t *tcpConn) endErr() error {
 	<-t.readerDone
 	switch {
-	case isClosedChan(t.closing):
+	case deadline.IsClosed(t.closing):
 		return net.ErrClosed
 	case t.rerr == nil || t.rerr == io.EOF:
 		return io.EOF
@@ -748,7 +749,7 @@ func (t *tcpConn) waitAcked(deadline time.Time) error {
 }
 
 func (t *tcpConn) checkOpen(op string) error {
-	if isClosedChan(t.closing) {
+	if deadline.IsClosed(t.closing) {
 		return t.opError(op, net.ErrClosed)
 	}
 	return nil
@@ -759,10 +760,10 @@ func (t *tcpConn) setDeadline(op string, t0 time.Time, rd, wr bool) error {
 		return err
 	}
 	if rd {
-		t.rdDeadline.set(t0)
+		t.rdDeadline.Set(t0)
 	}
 	if wr {
-		t.wrDeadline.set(t0)
+		t.wrDeadline.Set(t0)
 	}
 	return nil
 }
@@ -839,7 +840,7 @@ func (t *tcpConn) recvCompletion(ctx context.Context) (OpCompletion, error) {
 // tcpWait takes the next value from ch (ok false: ch is closed), bounded by
 // ctx, the read deadline and Close.
 func tcpWait[T any](t *tcpConn, ctx context.Context, ch <-chan T, op string) (v T, ok bool, err error) {
-	if t.rdDeadline.expired() {
+	if t.rdDeadline.Expired() {
 		return v, false, t.opError(op, os.ErrDeadlineExceeded)
 	}
 	var done <-chan struct{}
@@ -849,7 +850,7 @@ func tcpWait[T any](t *tcpConn, ctx context.Context, ch <-chan T, op string) (v 
 	select {
 	case v, ok = <-ch:
 		return v, ok, nil
-	case <-t.rdDeadline.wait():
+	case <-t.rdDeadline.Wait():
 		return v, false, t.opError(op, os.ErrDeadlineExceeded)
 	case <-t.closing:
 		return v, false, t.opError(op, net.ErrClosed)

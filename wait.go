@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"context"
+	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"os"
 	"time"
@@ -74,7 +75,7 @@ func (w *wakeup) broadcast() {
 
 // park sleeps until wake is closed (nil), d passes (os.ErrDeadlineExceeded),
 // closing is closed (net.ErrClosed) or ctx, which may be nil, ends.
-func park(ctx context.Context, wake <-chan struct{}, d *deadline, closing <-chan struct{}) error {
+func park(ctx context.Context, wake <-chan struct{}, d *deadline.Deadline, closing <-chan struct{}) error {
 	var done <-chan struct{}
 	if ctx != nil {
 		done = ctx.Done()
@@ -82,7 +83,7 @@ func park(ctx context.Context, wake <-chan struct{}, d *deadline, closing <-chan
 	select {
 	case <-wake:
 		return nil
-	case <-d.wait():
+	case <-d.Wait():
 		return os.ErrDeadlineExceeded
 	case <-closing:
 		return net.ErrClosed
@@ -122,7 +123,7 @@ func (c *engine) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
 // held, right after the caller's condition failed; returns with it held,
 // and the caller checks its condition again. w is the caller's wait (its
 // End is the caller's to defer).
-func (c *engine) waitLocked(ctx context.Context, d *deadline, w *poller.Waiter) error {
+func (c *engine) waitLocked(ctx context.Context, d *deadline.Deadline, w *poller.Waiter) error {
 	if !w.Started() || w.Spinning() {
 		c.mu.Unlock()
 		c.spinWait(w, &c.wrSpin)

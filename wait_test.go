@@ -5,6 +5,7 @@ package rdma
 import (
 	"context"
 	"errors"
+	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"os"
 	"testing"
@@ -45,7 +46,7 @@ func TestPark(t *testing.T) {
 	open := make(chan struct{})
 	closed := make(chan struct{})
 	close(closed)
-	none := makeDeadline()
+	none := deadline.New()
 	if err := park(context.Background(), closed, &none, open); err != nil {
 		t.Errorf("woken: %v, want nil", err)
 	}
@@ -57,8 +58,8 @@ func TestPark(t *testing.T) {
 	if err := park(ctx, open, &none, open); !errors.Is(err, context.Canceled) {
 		t.Errorf("ctx canceled: %v, want context.Canceled", err)
 	}
-	d := makeDeadline()
-	d.set(time.Now().Add(time.Millisecond))
+	d := deadline.New()
+	d.Set(time.Now().Add(time.Millisecond))
 	if err := park(context.Background(), open, &d, open); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("deadline: %v, want os.ErrDeadlineExceeded", err)
 	}

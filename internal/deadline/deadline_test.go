@@ -1,4 +1,4 @@
-package rdma
+package deadline
 
 import (
 	"math/rand"
@@ -9,7 +9,7 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
-// Tests of deadline, the timer behind SetReadDeadline/SetWriteDeadline: a
+// Tests of Deadline, the timer behind SetReadDeadline/SetWriteDeadline: a
 // channel that closes when the deadline passes. Timings only ever bound
 // from above by a scaled wait (the Soft-RoCE guest is emulated and slow), and
 // "not expired" is checked against deadlines an hour away.
@@ -27,39 +27,39 @@ func closesWithin(c <-chan struct{}, d time.Duration) bool {
 }
 
 func TestDeadlineNone(t *testing.T) {
-	d := makeDeadline()
-	if d.expired() {
+	d := New()
+	if d.Expired() {
 		t.Fatal("a new deadline has expired")
 	}
-	d.set(time.Time{})
-	if d.expired() || closesWithin(d.wait(), 20*time.Millisecond) {
+	d.Set(time.Time{})
+	if d.Expired() || closesWithin(d.Wait(), 20*time.Millisecond) {
 		t.Fatal("the zero time expired")
 	}
 }
 
 func TestDeadlineExpires(t *testing.T) {
-	d := makeDeadline()
+	d := New()
 	start := time.Now()
-	d.set(start.Add(30 * time.Millisecond))
-	if !closesWithin(d.wait(), 5*time.Second) {
+	d.Set(start.Add(30 * time.Millisecond))
+	if !closesWithin(d.Wait(), 5*time.Second) {
 		t.Fatal("a deadline 30 ms away did not expire")
 	}
 	if el := time.Since(start); el < 30*time.Millisecond {
 		t.Fatalf("expired after %v, before the deadline", el)
 	}
-	if !d.expired() {
+	if !d.Expired() {
 		t.Fatal("expired() false after the channel closed")
 	}
 }
 
 func TestDeadlinePast(t *testing.T) {
-	d := makeDeadline()
-	d.set(time.Now().Add(-time.Second))
-	if !d.expired() {
+	d := New()
+	d.Set(time.Now().Add(-time.Second))
+	if !d.Expired() {
 		t.Fatal("a deadline in the past did not expire at once")
 	}
-	d.set(time.Now().Add(-time.Second)) // again: the channel is closed only once
-	if !d.expired() {
+	d.Set(time.Now().Add(-time.Second)) // again: the channel is closed only once
+	if !d.Expired() {
 		t.Fatal("a second past deadline un-expired it")
 	}
 }
@@ -67,18 +67,18 @@ func TestDeadlinePast(t *testing.T) {
 // A call already blocked on wait() sees a deadline set after it started, and
 // an earlier one replacing a later one (SetReadDeadline on a blocked Read).
 func TestDeadlinePendingWaiter(t *testing.T) {
-	d := makeDeadline()
-	c := d.wait() // blocked with no deadline
-	d.set(time.Now().Add(far))
-	d.set(time.Now().Add(20 * time.Millisecond))
+	d := New()
+	c := d.Wait() // blocked with no deadline
+	d.Set(time.Now().Add(far))
+	d.Set(time.Now().Add(20 * time.Millisecond))
 	if !closesWithin(c, 5*time.Second) {
 		t.Fatal("a waiter that started before the deadline was set was not woken")
 	}
 
-	d = makeDeadline()
-	c = d.wait()
-	d.set(time.Now().Add(-time.Second))
-	if !isClosedChan(c) {
+	d = New()
+	c = d.Wait()
+	d.Set(time.Now().Add(-time.Second))
+	if !IsClosed(c) {
 		t.Fatal("a deadline set in the past did not wake a waiter at once")
 	}
 }
@@ -86,10 +86,10 @@ func TestDeadlinePendingWaiter(t *testing.T) {
 // Moving a pending deadline later or clearing it means it does not fire.
 func TestDeadlineExtendAndClear(t *testing.T) {
 	for _, next := range []time.Time{time.Now().Add(far), {}} {
-		d := makeDeadline()
-		d.set(time.Now().Add(10 * time.Millisecond))
-		d.set(next) // if 10 ms had passed already, set re-arms a fresh channel
-		if closesWithin(d.wait(), 100*time.Millisecond) || d.expired() {
+		d := New()
+		d.Set(time.Now().Add(10 * time.Millisecond))
+		d.Set(next) // if 10 ms had passed already, set re-arms a fresh channel
+		if closesWithin(d.Wait(), 100*time.Millisecond) || d.Expired() {
 			t.Fatalf("a deadline moved to %v still fired", next)
 		}
 	}
@@ -98,30 +98,30 @@ func TestDeadlineExtendAndClear(t *testing.T) {
 // After expiring, a deadline can be cleared or set again: later calls block
 // again (net.Conn: "a deadline can be extended ... after it has been exceeded").
 func TestDeadlineReset(t *testing.T) {
-	d := makeDeadline()
-	d.set(time.Now().Add(-time.Second))
-	old := d.wait()
-	d.set(time.Time{})
-	if d.expired() {
+	d := New()
+	d.Set(time.Now().Add(-time.Second))
+	old := d.Wait()
+	d.Set(time.Time{})
+	if d.Expired() {
 		t.Fatal("clearing an expired deadline left it expired")
 	}
-	if !isClosedChan(old) {
+	if !IsClosed(old) {
 		t.Fatal("the channel of the expired deadline reopened")
 	}
-	d.set(time.Now().Add(-time.Second))
-	d.set(time.Now().Add(far))
-	if d.expired() {
+	d.Set(time.Now().Add(-time.Second))
+	d.Set(time.Now().Add(far))
+	if d.Expired() {
 		t.Fatal("a future deadline after an expired one is expired")
 	}
-	d.set(time.Now().Add(20 * time.Millisecond))
-	if !closesWithin(d.wait(), 5*time.Second) {
+	d.Set(time.Now().Add(20 * time.Millisecond))
+	if !closesWithin(d.Wait(), 5*time.Second) {
 		t.Fatal("a re-armed deadline did not expire")
 	}
-	d.set(time.Now().Add(far))
-	if d.expired() {
+	d.Set(time.Now().Add(far))
+	if d.Expired() {
 		t.Fatal("extending after expiry left it expired")
 	}
-	d.set(time.Time{})
+	d.Set(time.Time{})
 }
 
 // Concurrent set, wait and expired (run with -race): setters race the
@@ -129,7 +129,7 @@ func TestDeadlineReset(t *testing.T) {
 // path), waiters select on whatever channel is current. It must not deadlock,
 // panic (closing a closed channel) or race, and end in a consistent state.
 func TestDeadlineConcurrent(t *testing.T) {
-	d := makeDeadline()
+	d := New()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
@@ -140,13 +140,13 @@ func TestDeadlineConcurrent(t *testing.T) {
 			for i := 0; i < 2000; i++ {
 				switch rng.Intn(4) {
 				case 0:
-					d.set(time.Time{})
+					d.Set(time.Time{})
 				case 1:
-					d.set(time.Now().Add(-time.Millisecond))
+					d.Set(time.Now().Add(-time.Millisecond))
 				case 2:
-					d.set(time.Now().Add(time.Duration(rng.Intn(50)) * time.Microsecond))
+					d.Set(time.Now().Add(time.Duration(rng.Intn(50)) * time.Microsecond))
 				case 3:
-					d.set(time.Now().Add(far))
+					d.Set(time.Now().Add(far))
 				}
 			}
 		}(int64(g))
@@ -160,10 +160,10 @@ func TestDeadlineConcurrent(t *testing.T) {
 				select {
 				case <-stop:
 					return
-				case <-d.wait():
+				case <-d.Wait():
 				case <-time.After(time.Millisecond):
 				}
-				d.expired()
+				d.Expired()
 			}
 		}()
 	}
@@ -175,12 +175,12 @@ func TestDeadlineConcurrent(t *testing.T) {
 	close(stop)
 	waiters.Wait()
 
-	d.set(time.Time{})
-	if d.expired() {
+	d.Set(time.Time{})
+	if d.Expired() {
 		t.Fatal("cleared after the storm, but expired")
 	}
-	d.set(time.Now().Add(5 * time.Millisecond))
-	if !closesWithin(d.wait(), 5*time.Second) {
+	d.Set(time.Now().Add(5 * time.Millisecond))
+	if !closesWithin(d.Wait(), 5*time.Second) {
 		t.Fatal("set after the storm did not expire")
 	}
 }
