@@ -12,9 +12,10 @@ import (
 	"github.com/verbline/rdma/internal/wire"
 )
 
-// handleCompletions applies a batch of completions to the connection's state
-// and wakes waiters once. The device's poller calls it; it never blocks on a
-// user (delivery channels are sized so a send into them cannot block).
+// handleCompletions applies a batch of completions to the connection's state,
+// counts what arrived for the metrics and wakes waiters once. The device's
+// poller calls it; it never blocks on a user (delivery channels are sized so
+// a send into them cannot block).
 func (c *engine) handleCompletions(wcs []verbs.WC) {
 	c.mu.Lock()
 	if c.released {
@@ -51,6 +52,7 @@ func (c *engine) handleCompletions(wcs []verbs.WC) {
 		c.closeMessagesLocked() // the peer finished, or receives failed: no more messages
 	}
 	c.broadcast()
+	c.counts.addArrived(&c.arrived)
 	rel := c.toRelease
 	c.toRelease = c.toRelease[:0]
 	c.mu.Unlock()
@@ -62,6 +64,28 @@ func (c *engine) handleCompletions(wcs []verbs.WC) {
 	}
 }
 
+// sendDoneLocked finishes one retired send-queue request: each kind goes
+// to the view that posted it.
+func (c *engine) sendDoneLocked(e sqEntry, wc *verbs.WC) {
+	switch e.kind {
+	case wrSendData:
+		c.dataSentLocked(e.idx, wc)
+	case wrSendCtl, wrSendRv, wrBind:
+		c.sendFailedLocked(wc)
+	case wrSendUnc:
+		c.creditUpdateSentLocked(wc)
+	case wrSendMsg:
+		c.sendFailedLocked(wc)
+		c.msgDoneLocked(e.idx, wcErr(wc))
+	case wrInval:
+		c.invalidatedLocked(e.idx, wc)
+	case wrReadRv:
+		c.readDoneLocked(e.idx, wc)
+	case wrOneSided:
+		c.oneSidedDoneLocked(e.idx, wc, &c.toRelease)
+	}
+}
+
 // msgDoneLocked ends the zero-copy send in slot idx: the NIC (or, for a
 // large message, the peer) is done with its buffer.
 func (c *engine) msgDoneLocked(idx int, err error) {
@@ -70,7 +94,7 @@ func (c *engine) msgDoneLocked(idx int, err error) {
 	c.msgFree = append(c.msgFree, idx)
 	if c.msgAsync[idx] {
 		c.asyncOut--
-		c.oq.push(OpCompletion{ID: c.msgID[idx], Err: err})
+		c.oq.Push(OpCompletion{ID: c.msgID[idx], Err: err})
 	}
 }
 
@@ -116,12 +140,16 @@ func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 		tail := (c.rqHead + c.rqLen) % len(c.rq)
 		c.rq[tail] = rxMsg{buf: idx, n: int(wc.ByteLen)}
 		c.rqLen++
+		c.arrived.bytes += uint64(wc.ByteLen)
 		return
 	case rxMessage:
 		c.deliverMessageLocked(idx, int(wc.ByteLen))
+		c.arrived.bytes += uint64(wc.ByteLen)
+		c.arrived.msgs++
 		return
 	case rxRendezvous:
 		c.rendezvousInLocked(idx, int(wc.ByteLen))
+		c.arrived.msgs++ // its bytes when the READ completes (readDoneLocked)
 		return
 	case rxFIN:
 		c.eof = true

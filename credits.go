@@ -89,3 +89,15 @@ func (c *engine) sendCtlLocked(kind wire.Kind) bool {
 	c.grantedLocked()
 	return true
 }
+
+// creditUpdateSentLocked retires a credit update sent with no reserved
+// credit of its own (wrSendUnc): another may go now.
+func (c *engine) creditUpdateSentLocked(wc *verbs.WC) {
+	c.ctlOut = false
+	c.sendFailedLocked(wc)
+	if c.creditsUrgentLocked() {
+		// Credits earned while the update was in flight, which a reader
+		// going to sleep may have tried to flush.
+		c.sendCtlLocked(wire.KindCredit)
+	}
+}

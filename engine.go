@@ -69,6 +69,7 @@ type engine struct {
 	rendezvousState                // rendezvous.go: messages larger than the peer's receive buffers
 	keepaliveState                 // keepalive.go: idle probes
 	recvPosted      int            // receives posted and not completed
+	arrived         arrivedCounts  // payload counted in the batch being handled, added to counts at its end
 	closed          bool           // Close was called
 	qpDown          bool           // the QP was moved to ERR
 	released        bool           // the endpoint is gone: completions are ignored
@@ -101,7 +102,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 		wrDeadline: deadline.New(),
 	}}
 	c := &conn.engine
-	ep, err := newEndpoint(id, cfg, c.countCompletions)
+	ep, err := newEndpoint(id, cfg, c.handleCompletions)
 	if err != nil {
 		return nil, err
 	}
@@ -266,10 +267,10 @@ func (c *engine) release() error {
 	// Messages and notifications delivered but never received go back now
 	// (Messages() and Notifications() are closed, so this ends): a peer
 	// that sends and disconnects must not pin this side's memory.
-	for b := range c.mq.ch { // made and closed by closeMessagesLocked
+	for b := range c.mq.Chan() { // made and closed by closeMessagesLocked
 		b.Release()
 	}
-	for n := range c.nq.ch {
+	for n := range c.nq.Chan() {
 		n.Release()
 	}
 	for e := range exports {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/lendq"
 	"io"
 	"net"
 	"os"
@@ -37,8 +38,8 @@ import (
 
 // messageState is the message view's state, guarded by Conn.mu.
 type messageState struct {
-	mq         lendQueue[buffer.Buf]   // lendqueue.go: received messages until Recv or Messages() takes them
-	nq         lendQueue[Notification] // ... notifications, until RecvNotification or Notifications()
+	mq         lendq.Queue[buffer.Buf]   // internal/lendq: received messages until Recv or Messages() takes them
+	nq         lendq.Queue[Notification] // ... notifications, until RecvNotification or Notifications()
 	msgsClosed bool
 	slots      []recvSlot
 	slotRefs   []buffer.RecyclerRef // slots[i], prepared for SetRecyclerRef
@@ -59,8 +60,8 @@ func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
 func (c *engine) initMessages() {
 	n := c.ep.maxRecv
-	c.mq = newLendQueue[buffer.Buf](n)   // at most n receive buffers can be lent at once
-	c.nq = newLendQueue[Notification](n) // likewise
+	c.mq = lendq.New[buffer.Buf](n)   // at most n receive buffers can be lent at once
+	c.nq = lendq.New[Notification](n) // likewise
 	c.slots = make([]recvSlot, n)
 	c.lent = make([]bool, n)
 	for i := range c.slots {
@@ -263,7 +264,7 @@ func (c *engine) channelUser() {
 // polls the completion queue itself, as Read does: a completion handled on
 // the waiting goroutine needs no wake-up of the poller's thread and no
 // handoff.
-func receive[T any](c *engine, ctx context.Context, q *lendQueue[T]) (T, error) {
+func receive[T any](c *engine, ctx context.Context, q *lendq.Queue[T]) (T, error) {
 	var w poller.Waiter
 	defer w.End()
 	var zero T
@@ -271,7 +272,7 @@ again:
 	var wake <-chan struct{}
 	for {
 		c.mu.Lock()
-		if v, ok := q.pop(); ok {
+		if v, ok := q.Pop(); ok {
 			c.mu.Unlock()
 			c.windowTaken()
 			return v, nil
@@ -279,12 +280,12 @@ again:
 		if c.asyncUnsig && any(q) == any(&c.oq) {
 			c.flushAsyncLocked() // the end waited for may come with no completion of its own
 		}
-		viaChan := q.viaChan.Load()
+		viaChan := q.ViaChan()
 		switch {
 		case c.closed:
 			c.mu.Unlock()
 			return zero, net.ErrClosed
-		case !viaChan && q.ended:
+		case !viaChan && q.Ended():
 			c.mu.Unlock()
 			return received(c, zero, false)
 		}
@@ -296,7 +297,7 @@ again:
 		c.mu.Unlock()
 		if viaChan {
 			select {
-			case v, ok := <-q.ch:
+			case v, ok := <-q.Chan():
 				return received(c, v, ok)
 			default:
 			}
@@ -319,7 +320,7 @@ again:
 	}
 	var ch chan T // ring mode: woken by any state change (a delivery, the user taking the channel, the end); receive looks again
 	if wake == nil {
-		ch = q.ch // the user took it (viaChan), so it is made
+		ch = q.Chan() // the user took it (viaChan), so it is made
 	}
 	select {
 	case v, ok := <-ch:
@@ -368,7 +369,7 @@ func (c *engine) deliverMessageLocked(idx, n int) {
 		c.inboxPushLocked(idx)
 		return
 	}
-	c.mq.push(b)
+	c.mq.Push(b)
 }
 
 // recycleRecv takes back a lent receive buffer (the user released it) and
@@ -396,18 +397,18 @@ func (c *engine) recycleRecv(idx int, b buffer.Buf) {
 // closeMessagesLocked ends Messages() and Notifications(): after end of
 // stream, a receive error, or release. Only the poller (under c.mu) sends on
 // them, so closing under c.mu is safe.
-// What waits in a ring closes the channel later (lendQueue.end); release
+// What waits in a ring closes the channel later (lendq.Queue.End); release
 // hands it to the channel, which it drains.
 func (c *engine) closeMessagesLocked() {
 	if !c.msgsClosed {
 		c.msgsClosed = true
-		c.mq.end()
-		c.nq.end()
+		c.mq.End()
+		c.nq.End()
 		c.broadcast() // a Recv parked on the ring's wake-up
 	}
 	if c.released {
-		c.mq.toChan()
-		c.nq.toChan()
+		c.mq.ToChan()
+		c.nq.ToChan()
 	}
 }
 
@@ -419,11 +420,30 @@ func (c *engine) releaseMessageSendsLocked(rel []buffer.Buf) []buffer.Buf {
 		if b.Valid() {
 			if c.msgAsync[i] {
 				c.asyncOut--
-				c.oq.push(OpCompletion{ID: c.msgID[i], Err: net.ErrClosed})
+				c.oq.Push(OpCompletion{ID: c.msgID[i], Err: net.ErrClosed})
 			}
 			rel = append(rel, b)
 			c.msgSend[i] = buffer.Buf{}
 		}
 	}
 	return rel
+}
+
+// userChan hands q's channel to the user (Messages, Notifications,
+// Completions): the poller keeps delivering for a user who may wait on it
+// without calling into the library, and what waits in the ring goes first.
+func userChan[T any](c *engine, q *lendq.Queue[T]) <-chan T {
+	c.channelUser()
+	if !q.ViaChan() {
+		c.mu.Lock()
+		q.ToChan()
+		if any(q) == any(&c.oq) {
+			// Ends of operations posted unsignaled before the channel was
+			// taken must not wait for a later completion: from now on
+			// every asynchronous request is signaled (asyncForceLocked).
+			c.flushAsyncLocked()
+		}
+		c.mu.Unlock()
+	}
+	return q.Chan()
 }

@@ -1102,7 +1102,7 @@ func TestUnreadMessagesFreedAtClose(t *testing.T) {
 	// Wait until the server has every message and the notification queued.
 	for deadline := time.Now().Add(rdmatest.Scale(10 * time.Second)); ; {
 		s.mu.Lock()
-		queued := s.mq.queued() + s.nq.queued()
+		queued := s.mq.Queued() + s.nq.Queued()
 		s.mu.Unlock()
 		if queued == 3 {
 			break

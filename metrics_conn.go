@@ -7,22 +7,21 @@ import (
 
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
-	"github.com/verbline/rdma/internal/wire"
 )
 
 // The connections' and devices' side of metrics.go: the counts a
 // connection keeps beyond its QP's post counters, and what a snapshot reads
 // from a live connection or device. The hooks into the data path are single
 // lines: Write and Send count what they posted, senders report whether they
-// found credit (creditCheck), and the poller hands each batch of completions
-// to countCompletions, which counts what arrived and passes the batch on.
+// found credit (creditCheck), and the completion dispatch counts what
+// arrived (arrivedCounts) and adds it once per batch.
 
 // connCounters are a connection's payload, message and credit-stall
 // counts: atomics, each added to once per call or per batch of
 // completions, read by snapshots.
 type connCounters struct {
 	bytesSent, msgsSent         atomic.Uint64 // by Write, Send and PostSend
-	bytesReceived, msgsReceived atomic.Uint64 // by countCompletions (the CQ's owner)
+	bytesReceived, msgsReceived atomic.Uint64 // once per batch of completions (addArrived)
 	creditStalls                atomic.Uint64
 	// noCredit: the last sender to look found no credit (guarded by Conn.mu).
 	noCredit bool
@@ -53,49 +52,23 @@ func (k *connCounters) creditCheck(noCredit bool) {
 	k.noCredit = noCredit
 }
 
-// countCompletions is the connection's completion handler as the poller
-// sees it: it counts the payload that arrived in wcs, then applies them
-// (handleCompletions).
-func (c *engine) countCompletions(wcs []verbs.WC) {
-	bytes, msgs := countArrived(wcs)
-	if bytes > 0 {
-		c.counts.bytesReceived.Add(bytes)
-	}
-	if msgs > 0 {
-		c.counts.msgsReceived.Add(msgs)
-	}
-	c.handleCompletions(wcs)
-}
+// arrivedCounts is what one batch of completions brought: payload bytes
+// (stream data, messages, large messages once their READ completed) and
+// messages (large ones when announced), counted as recvLocked dispatches
+// them under Conn.mu. Control messages, one-sided notifications and failed
+// or refused completions carry none.
+type arrivedCounts struct{ bytes, msgs uint64 }
 
-// countArrived counts the payload bytes and messages that arrived in wcs:
-// stream data, messages, and large messages (one when announced, their
-// bytes when their RDMA READ completed). Control messages, one-sided
-// notifications and failed completions carry none.
-func countArrived(wcs []verbs.WC) (bytes, msgs uint64) {
-	for i := range wcs {
-		wc := &wcs[i]
-		if wc.Status != verbs.WCSuccess {
-			continue
-		}
-		switch wc.WRID & wrKindMask {
-		case wrRecv:
-			if wc.Opcode == verbs.WCRecvRDMAWithImm || !wc.HasImm() {
-				continue // a one-sided notification; or a protocol error that handleCompletions reports
-			}
-			switch kind, _, _ := wire.DecodeImm(wc.Imm); kind {
-			case wire.KindData:
-				bytes += uint64(wc.ByteLen)
-			case wire.KindMessage:
-				msgs++
-				bytes += uint64(wc.ByteLen)
-			case wire.KindRendezvous:
-				msgs++ // its bytes when the READ completes
-			}
-		case wrReadRv:
-			bytes += uint64(wc.ByteLen) // a large message read from the sender's buffer
-		}
+// addArrived adds a batch's counts to the atomics and clears them: one add
+// per counter per batch, not per completion.
+func (k *connCounters) addArrived(a *arrivedCounts) {
+	if a.bytes > 0 {
+		k.bytesReceived.Add(a.bytes)
 	}
-	return bytes, msgs
+	if a.msgs > 0 {
+		k.msgsReceived.Add(a.msgs)
+	}
+	*a = arrivedCounts{}
 }
 
 // registerConn adds an established connection to the process's metrics;

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/lendq"
 	"net"
 	"os"
 	"sync"
@@ -35,7 +36,7 @@ import (
 // completion is sure to fit Completions(). Only the poller sends on it
 // (under c.mu, held here) and the user only takes from it, so the check
 // stays true until the operation is posted.
-func (c *engine) asyncRoomLocked() bool { return c.asyncOut+c.oq.queued() < c.oq.size }
+func (c *engine) asyncRoomLocked() bool { return c.asyncOut+c.oq.Queued() < c.oq.Size() }
 
 // exported is what grants the peer access to an Export's buffer: the
 // registration and, where the device has them, the window bound to the
@@ -150,8 +151,8 @@ func (e *Export) close() error {
 type oneSidedState struct {
 	ops      []opSlot
 	opFree   []int
-	oq       lendQueue[OpCompletion] // lendqueue.go: ends of asynchronous operations until RecvCompletion or Completions() takes them
-	asyncOut int                     // asynchronous operations posted whose completion is not yet queued
+	oq       lendq.Queue[OpCompletion] // internal/lendq: ends of asynchronous operations until RecvCompletion or Completions() takes them
+	asyncOut int                       // asynchronous operations posted whose completion is not yet queued
 	exports  map[*Export]struct{}
 	// atomicRes holds the atomics' old values, 8 bytes per operation
 	// slot (atomics.go); made at the first atomic.
@@ -177,7 +178,7 @@ type opResult struct {
 func (c *engine) initOneSided() {
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
-	c.oq = newLendQueue[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
+	c.oq = lendq.New[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
 	c.exports = make(map[*Export]struct{})
 }
 
@@ -429,7 +430,7 @@ func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf
 	s.local = buffer.Buf{}
 	if s.async {
 		c.asyncOut--
-		c.oq.push(OpCompletion{ID: s.id, Err: err, Value: value})
+		c.oq.Push(OpCompletion{ID: s.id, Err: err, Value: value})
 	} else {
 		s.done <- opResult{value: value, err: err}
 	}
@@ -439,7 +440,7 @@ func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf
 // deliverNotificationLocked lends receive buffer idx as a notification.
 func (c *engine) deliverNotificationLocked(idx int, wc *verbs.WC) {
 	c.lent[idx] = true
-	c.nq.push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
+	c.nq.Push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
 }
 
 // releaseOpsLocked ends the one-sided operations and atomics in flight at
@@ -452,7 +453,7 @@ func (c *engine) releaseOpsLocked(rel []buffer.Buf) []buffer.Buf {
 		if s.local.Valid() {
 			if s.async {
 				c.asyncOut--
-				c.oq.push(OpCompletion{ID: s.id, Err: net.ErrClosed})
+				c.oq.Push(OpCompletion{ID: s.id, Err: net.ErrClosed})
 			} else {
 				select {
 				case s.done <- opResult{err: net.ErrClosed}:

@@ -462,6 +462,7 @@ func (c *engine) readDoneLocked(idx int, wc *verbs.WC) {
 	}
 	r := &c.rvIn[idx]
 	r.state = rvReady
+	c.arrived.bytes += uint64(wc.ByteLen) // a large message's bytes count when its READ completes
 	c.rvDone = append(c.rvDone, r.desc.ID)
 	c.pumpRendezvousLocked()
 	c.drainInboxLocked()
@@ -483,11 +484,11 @@ func (c *engine) drainInboxLocked() {
 		r := &c.rvIn[idx]
 		switch r.state {
 		case rvNone:
-			c.mq.push(c.ep.recv[idx])
+			c.mq.Push(c.ep.recv[idx])
 		case rvReady:
 			c.bigSlots[idx].held = int64(r.desc.Region.Len)
 			r.buf.SetRecyclerRef(&c.bigRefs[idx])
-			c.mq.push(r.buf)
+			c.mq.Push(r.buf)
 			*r = rvRecv{}
 		default:
 			return // still being read: everything behind it waits
@@ -526,4 +527,16 @@ func (c *engine) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 		c.closeLendMRLocked(i) // after the windows: an MR with a window bound over it cannot be deregistered
 	}
 	return rel
+}
+
+// invalidatedLocked retires the local invalidation that revoked a large
+// message's window once the peer read it (wrInval): the message's send is
+// over.
+func (c *engine) invalidatedLocked(idx int, wc *verbs.WC) {
+	c.sendFailedLocked(wc)
+	c.rvOut--
+	if wc.Status == verbs.WCSuccess {
+		c.closeLendMRLocked(idx) // else the window may still be bound: release deregisters it
+	}
+	c.msgDoneLocked(idx, wcErr(wc))
 }

@@ -4,7 +4,6 @@ package rdma
 
 import (
 	"github.com/verbline/rdma/internal/verbs"
-	"github.com/verbline/rdma/internal/wire"
 )
 
 // The send queue in posting order. RC completes a QP's send work requests
@@ -84,7 +83,7 @@ func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool
 // them, so a writer keeping every slot busy gets half back while the other
 // half are in flight.
 func (c *engine) asyncForceLocked(lowSlots bool) bool {
-	return c.oq.viaChan.Load() || c.asyncOut == 0 || lowSlots
+	return c.oq.ViaChan() || c.asyncOut == 0 || lowSlots
 }
 
 // flushAsyncLocked makes sure the ends of asynchronous requests posted
@@ -132,42 +131,6 @@ func (c *engine) sqRetireLocked(pos int, wc *verbs.WC) {
 			return
 		}
 		c.sendDoneLocked(e, &ok)
-	}
-}
-
-// sendDoneLocked finishes one retired send-queue request.
-func (c *engine) sendDoneLocked(e sqEntry, wc *verbs.WC) {
-	switch e.kind {
-	case wrSendData:
-		c.sendDone++
-		if e.idx >= 0 { // an inline send gave its buffer back at once
-			c.sendFree = append(c.sendFree, e.idx)
-		}
-		c.sendFailedLocked(wc)
-	case wrSendCtl, wrSendRv, wrBind:
-		c.sendFailedLocked(wc)
-	case wrSendUnc:
-		c.ctlOut = false
-		c.sendFailedLocked(wc)
-		if c.creditsUrgentLocked() {
-			// Credits earned while the update was in flight, which a
-			// reader going to sleep may have tried to flush.
-			c.sendCtlLocked(wire.KindCredit)
-		}
-	case wrSendMsg:
-		c.sendFailedLocked(wc)
-		c.msgDoneLocked(e.idx, wcErr(wc))
-	case wrInval: // the peer read a large message; its window is revoked
-		c.sendFailedLocked(wc)
-		c.rvOut--
-		if wc.Status == verbs.WCSuccess {
-			c.closeLendMRLocked(e.idx) // else the window may still be bound: release deregisters it
-		}
-		c.msgDoneLocked(e.idx, wcErr(wc))
-	case wrReadRv:
-		c.readDoneLocked(e.idx, wc)
-	case wrOneSided:
-		c.oneSidedDoneLocked(e.idx, wc, &c.toRelease)
 	}
 }
 

@@ -340,3 +340,13 @@ func (c *engine) sendFIN(timeout time.Duration) error {
 		}
 	}
 }
+
+// dataSentLocked retires a stream data send: its send buffer (idx, -1 for
+// an inline send, which gave it back at once) is free again.
+func (c *engine) dataSentLocked(idx int, wc *verbs.WC) {
+	c.sendDone++
+	if idx >= 0 {
+		c.sendFree = append(c.sendFree, idx)
+	}
+	c.sendFailedLocked(wc)
+}

@@ -124,7 +124,7 @@ func (c *engine) maybeGrowWindowLocked() {
 	}
 	// What arrived and the application has not taken yet (received
 	// messages it holds are taken: it keeps up, it just keeps them).
-	if unread := c.rqLen + c.mq.queued() + c.nq.queued() + c.inLen; unread > max(1, c.window/4) {
+	if unread := c.rqLen + c.mq.Queued() + c.nq.Queued() + c.inLen; unread > max(1, c.window/4) {
 		return // the application is behind: a larger window would only pin more
 	}
 	n := c.addRecvsLocked(min(c.window, limit-c.window))

@@ -1,10 +1,12 @@
-//go:build linux && cgo
-
-package rdma
+// Package lendq is the queue in which a connection lends what it received
+// (messages, notifications, ends of operations) to the user in order, with
+// a ring under the connection's lock until the user takes the delivery
+// channel. Every method but ViaChan is called with the owner's lock held.
+package lendq
 
 import "sync/atomic"
 
-// lendQueue holds what the poller lends to the user in order (received
+// Queue holds what the poller lends to the user in order (received
 // messages, notifications) until Recv or RecvNotification takes it. While
 // no one took the delivery channel (Messages(), Notifications()) the
 // values wait in a ring guarded by Conn.mu, which Recv pops in the same
@@ -16,7 +18,7 @@ import "sync/atomic"
 // goes through the channel. The channel and the ring have room for every
 // receive buffer, each value holds one (or its credit), so a push never
 // blocks the poller.
-type lendQueue[T any] struct {
+type Queue[T any] struct {
 	ch      chan T // what Messages() / Notifications() return; made at its first use (chanLocked)
 	size    int    // ch's room: every value that can be out at once
 	ring    []T
@@ -26,43 +28,24 @@ type lendQueue[T any] struct {
 	chDone  bool        // ch is closed
 }
 
-// newLendQueue makes a queue with room for n values; its ring is made at
+// New makes a queue with room for n values; its ring is made at
 // the first push, its channel when the user takes it or the connection
 // ends (a connection that never uses the view pays for neither).
-func newLendQueue[T any](n int) lendQueue[T] {
-	return lendQueue[T]{size: n}
+func New[T any](n int) Queue[T] {
+	return Queue[T]{size: n}
 }
 
-// chanLocked returns ch, made now if this is its first use. Called with
+// ChanLocked returns ch, made now if this is its first use. Called with
 // Conn.mu held.
-func (q *lendQueue[T]) chanLocked() chan T {
+func (q *Queue[T]) ChanLocked() chan T {
 	if q.ch == nil {
 		q.ch = make(chan T, q.size)
 	}
 	return q.ch
 }
 
-// userChan hands q's channel to the user (Messages, Notifications,
-// Completions): the poller keeps delivering for a user who may wait on it
-// without calling into the library, and what waits in the ring goes first.
-func userChan[T any](c *engine, q *lendQueue[T]) <-chan T {
-	c.channelUser()
-	if !q.viaChan.Load() {
-		c.mu.Lock()
-		q.toChan()
-		if any(q) == any(&c.oq) {
-			// Ends of operations posted unsignaled before the channel was
-			// taken must not wait for a later completion: from now on
-			// every asynchronous request is signaled (asyncForceLocked).
-			c.flushAsyncLocked()
-		}
-		c.mu.Unlock()
-	}
-	return q.ch
-}
-
-// push appends v. Called with Conn.mu held.
-func (q *lendQueue[T]) push(v T) {
+// Push appends v. Called with Conn.mu held.
+func (q *Queue[T]) Push(v T) {
 	if q.viaChan.Load() {
 		q.ch <- v
 		return
@@ -76,8 +59,8 @@ func (q *lendQueue[T]) push(v T) {
 	q.n++
 }
 
-// pop takes the oldest value from the ring. Called with Conn.mu held.
-func (q *lendQueue[T]) pop() (T, bool) {
+// Pop takes the oldest value from the ring. Called with Conn.mu held.
+func (q *Queue[T]) Pop() (T, bool) {
 	var zero T
 	if q.n == 0 {
 		return zero, false
@@ -89,26 +72,26 @@ func (q *lendQueue[T]) pop() (T, bool) {
 	return v, true
 }
 
-// queued is how many values wait for the user. Called with Conn.mu held.
-func (q *lendQueue[T]) queued() int { return q.n + len(q.ch) }
+// Queued is how many values wait for the user. Called with Conn.mu held.
+func (q *Queue[T]) Queued() int { return q.n + len(q.ch) }
 
-// toChan makes every value from now on go through ch, the ring's first.
+// ToChan makes every value from now on go through ch, the ring's first.
 // Called with Conn.mu held.
-func (q *lendQueue[T]) toChan() {
+func (q *Queue[T]) ToChan() {
 	if q.viaChan.Load() {
 		return
 	}
-	q.chanLocked()
-	q.flush()
+	q.ChanLocked()
+	q.Flush()
 	q.viaChan.Store(true) // after ch is set: userChan reads it without Conn.mu once it sees this
 }
 
-// flush moves the ring into ch, and closes ch if the end came. Called
+// Flush moves the ring into ch, and closes ch if the end came. Called
 // with Conn.mu held.
-func (q *lendQueue[T]) flush() {
+func (q *Queue[T]) Flush() {
 	if !q.chDone {
-		for v, ok := q.pop(); ok; v, ok = q.pop() {
-			q.chanLocked() <- v
+		for v, ok := q.Pop(); ok; v, ok = q.Pop() {
+			q.ChanLocked() <- v
 		}
 	}
 	if q.ended && !q.chDone {
@@ -120,12 +103,25 @@ func (q *lendQueue[T]) flush() {
 	}
 }
 
-// end records that no value follows. ch closes now if nothing waits in
+// End records that no value follows. ch closes now if nothing waits in
 // the ring (else when the user takes ch, or at release, which drains it).
 // Called with Conn.mu held.
-func (q *lendQueue[T]) end() {
+func (q *Queue[T]) End() {
 	q.ended = true
 	if q.viaChan.Load() || q.n == 0 {
-		q.flush()
+		q.Flush()
 	}
 }
+
+// Chan is the delivery channel: nil until ChanLocked or the end made it.
+func (q *Queue[T]) Chan() chan T { return q.ch }
+
+// Size is the room of the channel: every value that can be out at once.
+func (q *Queue[T]) Size() int { return q.size }
+
+// ViaChan reports whether the user took the channel; safe without the
+// owner's lock.
+func (q *Queue[T]) ViaChan() bool { return q.viaChan.Load() }
+
+// Ended reports whether End was called.
+func (q *Queue[T]) Ended() bool { return q.ended }
