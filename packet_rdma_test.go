@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/testhooks"
 	"net"
 	"net/netip"
 	"os"
@@ -152,9 +153,9 @@ func TestPacketEcho(t *testing.T) {
 // (InfiniBand, forced here), the answer resolves the sender's address
 // from the address in the datagram header.
 func TestPacketReplyBySIDR(t *testing.T) {
-	forceReplyBySIDR = true
+	testhooks.ReplyBySIDR.Store(true)
 	a, b := packetPair(t, nil)
-	forceReplyBySIDR = false
+	testhooks.ReplyBySIDR.Store(false)
 	for i := 0; i < 3; i++ {
 		msg := payload(200, byte(i))
 		if _, err := a.WriteTo(msg, b.LocalAddr()); err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/testhooks"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -159,10 +160,6 @@ type udRecvSlot struct {
 
 func (r *udRecvSlot) Recycle(b buffer.Buf) { r.p.recycleRecv(r.idx, b) }
 
-// forceReplyBySIDR makes new PacketConns answer senders by resolving their
-// address, as on InfiniBand, instead of from their datagrams' GRH (tests).
-var forceReplyBySIDR bool
-
 func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if ap.Addr().IsUnspecified() {
 		return nil, addHint(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
@@ -181,7 +178,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		resolving:    make(map[netip.AddrPort]*udResolution),
 		resolvers:    make(map[*rdmacm.ID]chan rdmacm.UDEvent),
 		sendWRs:      make([]verbs.UDSendWR, 1),
-		replyBySIDR:  forceReplyBySIDR,
+		replyBySIDR:  testhooks.ReplyBySIDR.Load(),
 		maxPeers:     udMaxPeers,
 		ttlTicks:     max(1, int64((udPeerTTL+coarseclock.Tick-1)/coarseclock.Tick)),
 		recheckTicks: max(1, int64((udRecheck+coarseclock.Tick-1)/coarseclock.Tick)),

@@ -35,3 +35,9 @@ func Settle(limit time.Duration) {
 // fault tests' control runs (-faults.rxe-bind-anytime), which show the hang
 // the rule prevents. Set it before the first large message or export.
 var RXEBindAnytime atomic.Bool
+
+// ReplyBySIDR makes PacketConns opened while it is set answer senders by
+// resolving their address (an SIDR exchange), as on InfiniBand, instead of
+// from the GRH of their datagrams, as RoCE allows: the test of that path on
+// Soft-RoCE.
+var ReplyBySIDR atomic.Bool
