@@ -429,12 +429,7 @@ func (c *engine) setDeadline(t time.Time, rd, wr bool) error {
 	if c.isClosed() {
 		return net.ErrClosed
 	}
-	if rd {
-		c.rdDeadline.Set(t)
-	}
-	if wr {
-		c.wrDeadline.Set(t)
-	}
+	deadline.SetRW(&c.rdDeadline, &c.wrDeadline, t, rd, wr)
 	return nil
 }
 

@@ -1216,12 +1216,7 @@ func (p *udEndpoint) setDeadline(t time.Time, rd, wr bool) error {
 	if p.isClosed() {
 		return net.ErrClosed
 	}
-	if rd {
-		p.rdDeadline.Set(t)
-	}
-	if wr {
-		p.wrDeadline.Set(t)
-	}
+	deadline.SetRW(&p.rdDeadline, &p.wrDeadline, t, rd, wr)
 	return nil
 }
 

@@ -83,3 +83,15 @@ func IsClosed(c <-chan struct{}) bool {
 		return false
 	}
 }
+
+// SetRW sets the read deadline rdD (if rd) and the write deadline wrD (if
+// wr) to t: what a connection's SetDeadline, SetReadDeadline and
+// SetWriteDeadline do once it is known to be open.
+func SetRW(rdD, wrD *Deadline, t time.Time, rd, wr bool) {
+	if rd {
+		rdD.Set(t)
+	}
+	if wr {
+		wrD.Set(t)
+	}
+}

@@ -184,3 +184,20 @@ func TestDeadlineConcurrent(t *testing.T) {
 		t.Fatal("set after the storm did not expire")
 	}
 }
+
+// TestSetRW: each side is set only where asked.
+func TestSetRW(t *testing.T) {
+	rd, wr := New(), New()
+	SetRW(&rd, &wr, time.Now().Add(-time.Second), true, false)
+	if !rd.Expired() || wr.Expired() {
+		t.Fatalf("read only: read expired %v, write expired %v; want true, false", rd.Expired(), wr.Expired())
+	}
+	SetRW(&rd, &wr, time.Now().Add(-time.Second), false, true)
+	if !wr.Expired() {
+		t.Fatal("write only: the write deadline did not expire")
+	}
+	SetRW(&rd, &wr, time.Time{}, true, true)
+	if rd.Expired() || wr.Expired() {
+		t.Fatalf("both cleared: read expired %v, write expired %v", rd.Expired(), wr.Expired())
+	}
+}
