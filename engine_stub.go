@@ -4,10 +4,11 @@ package rdma
 
 // This file stands in for the RDMA engine where there is none: a build
 // without cgo (CGO_ENABLED=0) or for a system other than Linux. The public
-// API is written once (conn.go, listener.go) over the engine and acceptor
-// types; here they are empty, and every operation fails with errNoRDMA, so
-// code that imports the package builds, and its host tests run, anywhere
-// (apicheck, run by make vet, compares the exported API of both builds).
+// API is written once (conn.go, listener.go, packet.go) over the engine,
+// acceptor and UD endpoint types; here they are empty, and every operation
+// fails with errNoRDMA, so code that imports the package builds, and its
+// host tests run, anywhere (apicheck, run by make vet, compares the exported
+// API of both builds).
 // Dial, Listen, Dialer.DialContext and ListenConfig.Listen check the
 // network and resolve the address as on Linux, then fail with a
 // *net.OpError wrapping ErrNoDevice that says what RDMA needs. No RDMA

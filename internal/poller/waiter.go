@@ -3,7 +3,6 @@
 package poller
 
 import (
-	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -170,7 +169,7 @@ func (w *Waiter) Spin() bool {
 		}
 		if w.iters++; w.iters%clockEvery != 0 && w.budget > 0 {
 			if w.iters%yieldEvery == 0 {
-				runtime.Gosched()
+				yieldCPU()
 			}
 			return true
 		}
@@ -182,7 +181,7 @@ func (w *Waiter) Spin() bool {
 		}
 		// The iterations before the first clock read took about perIter each.
 		if now-w.start+int64(w.startIt)*w.perIter() < w.budget {
-			runtime.Gosched()
+			yieldCPU()
 			return true
 		}
 		// Budget spent: park. Register first, then arm and poll once more
