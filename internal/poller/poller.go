@@ -157,7 +157,6 @@ func NewGroup(ctx *verbs.Context, cfg Config) (_ *Group, err error) {
 	if limit := runtime.GOMAXPROCS(0) - 1; n > limit {
 		n = max(1, limit)
 	}
-	refreshCPUShare()
 	g := &Group{ctx: ctx, cfg: cfg}
 	defer func() {
 		if err != nil {
@@ -430,11 +429,9 @@ func (p *Poller) run(started chan<- struct{}) {
 					continue
 				}
 			}
-			refreshCPUShare()
 			runtime.Gosched()
 			continue
 		}
-		refreshCPUShare()
 		// Drain what is there, unless a caller is polling right now.
 		if p.owner.CompareAndSwap(false, true) {
 			found := 0

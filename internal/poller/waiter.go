@@ -3,6 +3,7 @@
 package poller
 
 import (
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -169,7 +170,7 @@ func (w *Waiter) Spin() bool {
 		}
 		if w.iters++; w.iters%clockEvery != 0 && w.budget > 0 {
 			if w.iters%yieldEvery == 0 {
-				yieldCPU()
+				runtime.Gosched()
 			}
 			return true
 		}
@@ -181,7 +182,7 @@ func (w *Waiter) Spin() bool {
 		}
 		// The iterations before the first clock read took about perIter each.
 		if now-w.start+int64(w.startIt)*w.perIter() < w.budget {
-			yieldCPU()
+			runtime.Gosched()
 			return true
 		}
 		// Budget spent: park. Register first, then arm and poll once more
