@@ -134,49 +134,66 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	}
 	st.step("port limits")
 	e.entries = e.maxRecv + e.sqDepth
-	// A reset QP of this shape from the device's pool, with its poller;
-	// else a new one on the least-loaded poller. A device that refused the
-	// inline request gave QPs without inline room: look for those too.
+	if err = e.takeQP(h, &st); err != nil {
+		return nil, err
+	}
+	e.maxInline = e.qp.MaxInline
+	if err = e.allocRings(cfg); err != nil {
+		return nil, err
+	}
+	st.step("ring buffers")
+	return e, nil
+}
+
+// takeQP gives the endpoint a reset QP of its shape from the device's
+// pool, with its poller; else a new one on the least-loaded poller. A
+// device that refused the inline request gave QPs without inline room:
+// the pool is searched for those too.
+func (e *endpoint) takeQP(h poller.Handler, st *stepTimer) error {
 	shape := qpShape{sendWR: e.sqDepth, recvWR: e.maxRecv, inline: inlineRequest}
 	noInline := qpShape{sendWR: e.sqDepth, recvWR: e.maxRecv}
 	if e.reused = e.takePooledQP(shape, h) || e.takePooledQP(noInline, h); e.reused {
 		st.step("QP from pool")
-	} else {
-		p, tok, err := e.dev.pollers.Attach(h, e.entries)
-		if err != nil {
-			return nil, err
-		}
-		e.poller, e.token = p, uint64(tok)<<poller.TokenShift
-		st.step("attach poller")
-		qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
-			SendWR: shape.sendWR, RecvWR: shape.recvWR, InlineData: shape.inline}
-		if e.qp, qpc, err = createQP(e.dev.pd.CreateQP, qpc); err != nil {
-			return nil, err
-		}
-		e.shape = qpShape{sendWR: qpc.SendWR, recvWR: qpc.RecvWR, inline: qpc.InlineData}
-		e.dev.qps.count(func(st *qpPoolStats) { st.Created++ })
-		st.step("create QP")
+		return nil
 	}
-	e.maxInline = e.qp.MaxInline
+	p, tok, err := e.dev.pollers.Attach(h, e.entries)
+	if err != nil {
+		return err
+	}
+	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
+	st.step("attach poller")
+	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
+		SendWR: shape.sendWR, RecvWR: shape.recvWR, InlineData: shape.inline}
+	if e.qp, qpc, err = createQP(e.dev.pd.CreateQP, qpc); err != nil {
+		return err
+	}
+	e.shape = qpShape{sendWR: qpc.SendWR, recvWR: qpc.RecvWR, inline: qpc.InlineData}
+	e.dev.qps.count(func(st *qpPoolStats) { st.Created++ })
+	st.step("create QP")
+	return nil
+}
+
+// allocRings takes the first receive and send buffers and the rendezvous
+// descriptors' buffer from the device's pool (the rings grow with use,
+// rings.go). On failure newEndpoint's cleanup frees what was taken.
+func (e *endpoint) allocRings(cfg *Config) error {
 	for range initialWindow(cfg) + ctlRecvReserve {
 		b, err := e.dev.pool.Get(e.bufSize)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e.recv = append(e.recv, b)
 	}
 	for range min(initialSendBuffers, e.maxSend) {
 		b, err := e.dev.pool.Get(e.bufSize)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e.send = append(e.send, b)
 	}
-	if e.rvDesc, err = e.dev.pool.Get(e.maxMsgs * wire.RendezvousLen); err != nil {
-		return nil, err
-	}
-	st.step("ring buffers")
-	return e, nil
+	var err error
+	e.rvDesc, err = e.dev.pool.Get(e.maxMsgs * wire.RendezvousLen)
+	return err
 }
 
 // setTransport takes the transport settings of cfg (checked, with

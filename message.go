@@ -180,14 +180,56 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if b.Len() > c.peerMaxMsg {
-		if !c.dev.windows {
-			return fmt.Errorf("%w: %d bytes, limit %d (the peer's receive buffer size: this device has no type 2 "+
-				"memory windows to lend a larger message through)", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
-		}
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, b.Len(), c.peerMaxMsg)
+	if err := c.checkMessageSizeLocked(b.Len()); err != nil {
+		return err
 	}
 	large := b.Len() > c.peerBufSize
+	if err := c.awaitSendSlotLocked(ctx, &w, large, async); err != nil {
+		return err
+	}
+	slot := c.msgFree[len(c.msgFree)-1]
+	c.msgFree = c.msgFree[:len(c.msgFree)-1]
+	c.msgSend[slot] = b
+	c.msgAsync[slot] = async
+	c.msgID[slot] = id
+	var err error
+	if large {
+		mr := exact
+		exact = nil // the slot's now
+		err = c.sendRendezvousLocked(b, slot, mr)
+	} else {
+		err = c.postMessageLocked(b, slot, async)
+	}
+	if err != nil {
+		c.msgSend[slot] = buffer.Buf{}
+		c.msgFree = append(c.msgFree, slot)
+		return err
+	}
+	if async {
+		c.asyncOut++
+	}
+	return nil
+}
+
+// checkMessageSizeLocked refuses a message larger than the peer accepts.
+func (c *engine) checkMessageSizeLocked(n int) error {
+	if n <= c.peerMaxMsg {
+		return nil
+	}
+	if !c.dev.windows {
+		return fmt.Errorf("%w: %d bytes, limit %d (the peer's receive buffer size: this device has no type 2 "+
+			"memory windows to lend a larger message through)", ErrMessageTooLarge, n, c.peerMaxMsg)
+	}
+	return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.peerMaxMsg)
+}
+
+// awaitSendSlotLocked waits, within ctx and the write deadline, until a
+// message can be posted: two credits (the last is for control messages), a
+// free send slot, room in the send queue, and for a large message a
+// receive buffer reserved for the peer's answer and a send queue the
+// device lets a window be bound into. An asynchronous send that might not
+// find room in Completions() fails at once with ErrCompletionsFull.
+func (c *engine) awaitSendSlotLocked(ctx context.Context, w *poller.Waiter, large, async bool) error {
 	c.initSendSlotsLocked()
 	for {
 		if err := c.writeErrLocked(); err != nil {
@@ -200,33 +242,20 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
 			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) &&
 			(!large || c.bindReadyLocked()) { // rxebind.go: Soft-RoCE re-executes binds on retry
-			break
+			return nil
 		}
 		if large && c.rvReserve == 0 && !c.qpDown && !c.poolGrowing { // growing: woken when it is done
 			return fmt.Errorf("%w: no receive buffer for the peer's answer to a large message", buffer.ErrExhausted)
 		}
-		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
+		if err := c.waitLocked(ctx, &c.wrDeadline, w); err != nil {
 			return err
 		}
 	}
-	slot := c.msgFree[len(c.msgFree)-1]
-	c.msgFree = c.msgFree[:len(c.msgFree)-1]
-	c.msgSend[slot] = b
-	c.msgAsync[slot] = async
-	c.msgID[slot] = id
-	if large {
-		mr := exact
-		exact = nil // the slot's now
-		if err := c.sendRendezvousLocked(b, slot, mr); err != nil {
-			c.msgSend[slot] = buffer.Buf{}
-			c.msgFree = append(c.msgFree, slot)
-			return err
-		}
-		if async {
-			c.asyncOut++
-		}
-		return nil
-	}
+}
+
+// postMessageLocked posts a message that fits the peer's receive buffer
+// from its send slot, with the credits pending so far.
+func (c *engine) postMessageLocked(b buffer.Buf, slot int, async bool) error {
 	wr := verbs.SendWR{Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
 		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
 	if b.Len() <= c.ep.maxInline {
@@ -235,15 +264,10 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 	// An asynchronous send's end goes to Completions() or RecvCompletion,
 	// with its own completion or a later request's (asyncForceLocked).
 	if err := c.postLocked(wr, wrSendMsg, slot, async && c.asyncForceLocked(false)); err != nil {
-		c.msgSend[slot] = buffer.Buf{}
-		c.msgFree = append(c.msgFree, slot)
 		return err
 	}
 	c.grantedLocked()
 	c.credits--
-	if async {
-		c.asyncOut++
-	}
 	return nil
 }
 

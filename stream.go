@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
@@ -216,100 +217,131 @@ func (c *engine) write(b []byte) (int, error) {
 	defer w.End()
 	for {
 		c.mu.Lock()
-		if err := c.writeErrLocked(); err != nil {
+		if err := c.writeErrLocked(); err != nil || len(b) == 0 {
 			c.mu.Unlock()
 			c.counts.wrote(written)
 			return written, err
 		}
-		if len(b) == 0 {
-			c.mu.Unlock()
-			c.counts.wrote(written)
-			return written, nil
-		}
-		// Reserve send buffers and credits for as many chunks as we can.
-		if len(c.sendFree) == 0 && c.credits > 1 {
-			c.growSendRingLocked() // send buffers, not credits, limit the stream
-		}
-		room := c.ep.sqDepth - ctlReserve/2 - c.sqUsedLocked()
-		k := min(len(c.sendFree), room, c.credits-1)
-		c.counts.creditCheck(c.credits < 2) // metrics: data leaves the last credit for control messages
-		if k <= 0 {
-			c.mu.Unlock()
-			if c.spinWait(&w, &c.wrSpin) {
-				continue
-			}
-			select {
-			case <-c.wrSig:
-			case <-c.wrDeadline.Wait():
-			case <-c.closing:
-			}
+		slots, sendBufs := c.reserveChunksLocked()
+		c.mu.Unlock()
+		if len(slots) == 0 {
+			c.awaitWriteRoom(&w)
 			continue
 		}
-		c.sendSeq += uint64(k) // reserved: only this writer (writeMu) posts data
-		c.credits -= k
-		c.sqReserved += k // queue positions are taken at the post, in posting order
-		slots := append(c.writeSlots[:0], c.sendFree[len(c.sendFree)-k:]...)
-		c.writeSlots = slots[:0] // grown once to what a Write needs, then reused
-		c.sendFree = c.sendFree[:len(c.sendFree)-k]
-		sendBufs := c.ep.send // the ring may grow (a new slice) once c.mu is dropped
-		c.mu.Unlock()
-
 		// Copy outside the lock; the completion loop keeps running.
-		wrs := c.sendWRs[:0]
-		for i := 0; i < k && len(b) > 0; i++ {
-			sb := sendBufs[slots[i]]
-			m := copy(sb.Full()[:c.peerBufSize], b)
-			b = b[m:]
-			written += m
-			wr := verbs.SendWR{Addr: sb.Addr(), Len: uint32(m), LKey: sb.LKey(), Opcode: verbs.OpSendWithImm}
-			if m <= c.ep.maxInline {
-				wr.Flags = verbs.SendInline // copied into the request: no DMA read of the buffer
-			}
-			wrs = append(wrs, wr)
-		}
-		c.sendWRs = wrs[:0] // as writeSlots
-		c.mu.Lock()
-		unused := k - len(wrs)
-		c.sendSeq -= uint64(unused)
-		c.credits += unused
-		c.sqReserved -= k
-		c.sendFree = append(c.sendFree, slots[len(wrs):]...)
+		wrs := c.fillChunks(b, slots, sendBufs)
 		for i := range wrs {
-			if wrs[i].Flags&verbs.SendInline != 0 {
-				// The payload was copied into the request at post time (below,
-				// under c.mu): the buffer is free once posted.
-				c.sendFree = append(c.sendFree, slots[i])
-				slots[i] = -1
-			}
+			n := int(wrs[i].Len)
+			b = b[n:]
+			written += n
 		}
-		// Every data message carries the credits pending so far.
-		wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
-		c.grantedLocked()
-		for i := 1; i < len(wrs); i++ {
-			wrs[i].Imm = wire.EncodeImm(wire.KindData, 0)
-		}
-		var err error
-		if c.qpDown {
-			err = c.writeErrLocked()
-			if err == nil {
-				err = net.ErrClosed
-			}
-		} else {
-			for i := range wrs {
-				c.sqPushLocked(&wrs[i], wrSendData, slots[i], false)
-			}
-			err = c.postSendsLocked(wrs)
-			if err != nil {
-				c.sqPopLocked(len(wrs))
-				c.failLocked(err)
-			}
-		}
+		c.mu.Lock()
+		err := c.postChunksLocked(wrs, slots)
 		c.mu.Unlock()
 		if err != nil || len(b) == 0 {
 			c.counts.wrote(written)
 			return written, err // all posted: no second look at the state
 		}
 	}
+}
+
+// reserveChunksLocked takes send buffers, send-queue positions and credits
+// for as many chunks as are free now (none: an empty slots), leaving the
+// last credit for control messages. Only the writer (writeMu) posts data,
+// so what it takes stays its own until postChunksLocked. sendBufs is the
+// send ring as it is now: it may grow (a new slice) once c.mu is dropped.
+func (c *engine) reserveChunksLocked() (slots []int, sendBufs []buffer.Buf) {
+	if len(c.sendFree) == 0 && c.credits > 1 {
+		c.growSendRingLocked() // send buffers, not credits, limit the stream
+	}
+	room := c.ep.sqDepth - ctlReserve/2 - c.sqUsedLocked()
+	k := min(len(c.sendFree), room, c.credits-1)
+	c.counts.creditCheck(c.credits < 2) // metrics: data leaves the last credit for control messages
+	if k <= 0 {
+		return nil, nil
+	}
+	c.sendSeq += uint64(k)
+	c.credits -= k
+	c.sqReserved += k // queue positions are taken at the post, in posting order
+	slots = append(c.writeSlots[:0], c.sendFree[len(c.sendFree)-k:]...)
+	c.writeSlots = slots[:0] // grown once to what a Write needs, then reused
+	c.sendFree = c.sendFree[:len(c.sendFree)-k]
+	return slots, c.ep.send
+}
+
+// awaitWriteRoom waits for send buffers, queue room or credits to come
+// back, or for the write deadline or Close (which the caller's next look
+// at writeErrLocked reports). The caller holds writeMu, not c.mu.
+func (c *engine) awaitWriteRoom(w *poller.Waiter) {
+	if c.spinWait(w, &c.wrSpin) {
+		return
+	}
+	select {
+	case <-c.wrSig:
+	case <-c.wrDeadline.Wait():
+	case <-c.closing:
+	}
+}
+
+// fillChunks copies the front of b into the reserved send buffers, one
+// chunk of at most the peer's receive buffer each, and builds their
+// requests (without immediates: postChunksLocked sets them). It may use
+// fewer buffers than reserved. The caller holds writeMu, not c.mu.
+func (c *engine) fillChunks(b []byte, slots []int, sendBufs []buffer.Buf) []verbs.SendWR {
+	wrs := c.sendWRs[:0]
+	for i := 0; i < len(slots) && len(b) > 0; i++ {
+		sb := sendBufs[slots[i]]
+		m := copy(sb.Full()[:c.peerBufSize], b)
+		b = b[m:]
+		wr := verbs.SendWR{Addr: sb.Addr(), Len: uint32(m), LKey: sb.LKey(), Opcode: verbs.OpSendWithImm}
+		if m <= c.ep.maxInline {
+			wr.Flags = verbs.SendInline // copied into the request: no DMA read of the buffer
+		}
+		wrs = append(wrs, wr)
+	}
+	c.sendWRs = wrs[:0] // as writeSlots
+	return wrs
+}
+
+// postChunksLocked gives back what fillChunks left unused of the
+// reservation, frees the buffers of inline chunks, stamps the first chunk
+// with the credits pending so far and posts the chunks in one list. A
+// failed post fails the connection.
+func (c *engine) postChunksLocked(wrs []verbs.SendWR, slots []int) error {
+	unused := len(slots) - len(wrs)
+	c.sendSeq -= uint64(unused)
+	c.credits += unused
+	c.sqReserved -= len(slots)
+	c.sendFree = append(c.sendFree, slots[len(wrs):]...)
+	for i := range wrs {
+		if wrs[i].Flags&verbs.SendInline != 0 {
+			// The payload was copied into the request at post time (below,
+			// under c.mu): the buffer is free once posted.
+			c.sendFree = append(c.sendFree, slots[i])
+			slots[i] = -1
+		}
+	}
+	// Every data message carries the credits pending so far.
+	wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
+	c.grantedLocked()
+	for i := 1; i < len(wrs); i++ {
+		wrs[i].Imm = wire.EncodeImm(wire.KindData, 0)
+	}
+	if c.qpDown {
+		if err := c.writeErrLocked(); err != nil {
+			return err
+		}
+		return net.ErrClosed
+	}
+	for i := range wrs {
+		c.sqPushLocked(&wrs[i], wrSendData, slots[i], false)
+	}
+	err := c.postSendsLocked(wrs)
+	if err != nil {
+		c.sqPopLocked(len(wrs))
+		c.failLocked(err)
+	}
+	return err
 }
 
 // sendFIN queues the end-of-stream mark after all data, waiting for a credit
