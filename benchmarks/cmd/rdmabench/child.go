@@ -158,12 +158,19 @@ func runChild(serve bool, connect string, a childArgs, addr string, depth int, s
 // (default 100 Hz, pprof's; a few seconds of a ping-pong at 100 Hz are too
 // few samples to tell functions of a few percent apart). The runtime then
 // prints a harmless "cannot set cpu profile rate" warning. The block
-// profile (startBlockProfile) starts and stops with it.
+// profile (startBlockProfile) and perf's (startPerfRecord) start and stop
+// with it.
 func startProfile(serve bool) (stop func(), err error) {
-	stopBlock, err := startBlockProfile(serve)
+	stopPerf, err := startPerfRecord(serve)
 	if err != nil {
 		return nil, err
 	}
+	stopOnlyBlock, err := startBlockProfile(serve)
+	if err != nil {
+		stopPerf()
+		return nil, err
+	}
+	stopBlock := func() { stopOnlyBlock(); stopPerf() }
 	prefix := os.Getenv("RDMABENCH_CPUPROFILE")
 	if prefix == "" {
 		return stopBlock, nil
