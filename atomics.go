@@ -111,7 +111,7 @@ func (c *engine) atomic(ctx context.Context, name string, opcode uint32, remote 
 // there), taken from the pool outside c.mu at the first atomic.
 func (c *engine) atomicResults() error {
 	c.mu.Lock()
-	have := c.atomicRes.Valid()
+	have := c.rma.atomicRes.Valid()
 	c.mu.Unlock()
 	if have {
 		return nil
@@ -121,12 +121,12 @@ func (c *engine) atomicResults() error {
 		return fmt.Errorf("a buffer for the atomics' results: %w", err)
 	}
 	c.mu.Lock()
-	if c.atomicRes.Valid() || c.released { // another caller was first, or the connection is gone
+	if c.rma.atomicRes.Valid() || c.released { // another caller was first, or the connection is gone
 		c.mu.Unlock()
 		b.Release()
 		return nil
 	}
-	c.atomicRes = b
+	c.rma.atomicRes = b
 	c.mu.Unlock()
 	return nil
 }

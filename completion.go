@@ -23,7 +23,7 @@ func (c *engine) handleCompletions(wcs []verbs.WC) {
 		return
 	}
 	c.recvWRs = c.recvWRs[:0]
-	c.uncredited = 0
+	c.stream.uncredited = 0
 	heard := false
 	for i := range wcs {
 		wc := &wcs[i]
@@ -40,15 +40,15 @@ func (c *engine) handleCompletions(wcs []verbs.WC) {
 		c.firstHeard()
 		c.firstHeard = nil
 	}
-	if heard && c.kaTimer != nil {
-		c.lastHeard = time.Now() // once per batch, and only with keepalive on
+	if heard && c.ka.timer != nil {
+		c.ka.lastHeard = time.Now() // once per batch, and only with keepalive on
 	}
 	c.repostLocked()
 	c.maybeSendCreditsLocked()
-	if len(c.rvInval) > 0 || len(c.rvDone) > 0 || c.rvStalled > 0 {
+	if len(c.rdv.inval) > 0 || len(c.rdv.doneQ) > 0 || c.rdv.stalled > 0 {
 		c.pumpRendezvousLocked() // completions made send-queue room
 	}
-	if (c.eof && c.inLen == 0) || c.rerr != nil {
+	if (c.stream.eof && c.rdv.inLen == 0) || c.stream.rerr != nil {
 		c.closeMessagesLocked() // the peer finished, or receives failed: no more messages
 	}
 	c.broadcast()
@@ -89,12 +89,12 @@ func (c *engine) sendDoneLocked(e sqEntry, wc *verbs.WC) {
 // msgDoneLocked ends the zero-copy send in slot idx: the NIC (or, for a
 // large message, the peer) is done with its buffer.
 func (c *engine) msgDoneLocked(idx int, err error) {
-	c.toRelease = append(c.toRelease, c.msgSend[idx])
-	c.msgSend[idx] = buffer.Buf{}
-	c.msgFree = append(c.msgFree, idx)
-	if c.msgAsync[idx] {
-		c.asyncOut--
-		c.oq.Push(OpCompletion{ID: c.msgID[idx], Err: err})
+	c.toRelease = append(c.toRelease, c.msgs.inFlight[idx])
+	c.msgs.inFlight[idx] = buffer.Buf{}
+	c.msgs.free = append(c.msgs.free, idx)
+	if c.msgs.async[idx] {
+		c.rma.asyncOut--
+		c.rma.oq.Push(OpCompletion{ID: c.msgs.id[idx], Err: err})
 	}
 }
 
@@ -112,7 +112,7 @@ func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 		if !c.peerSpentLocked() {
 			return
 		}
-		if c.msgsClosed {
+		if c.msgs.closed {
 			c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 			return
 		}
@@ -126,20 +126,20 @@ func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 	case rxControl:
 		// A credit update or probe, in a receive kept for them beyond the
 		// credits: repost that without granting a credit.
-		c.uncredited++
+		c.stream.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 		return
 	case rxRendezvousDone:
 		// It came in a receive kept for it beyond the credits: repost that
 		// without granting a credit.
 		c.rendezvousDoneLocked(credits)
-		c.uncredited++
+		c.stream.uncredited++
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 		return
 	case rxData:
-		tail := (c.rqHead + c.rqLen) % len(c.rq)
-		c.rq[tail] = rxMsg{buf: idx, n: int(wc.ByteLen)}
-		c.rqLen++
+		tail := (c.stream.rqHead + c.stream.rqLen) % len(c.stream.rq)
+		c.stream.rq[tail] = rxMsg{buf: idx, n: int(wc.ByteLen)}
+		c.stream.rqLen++
 		c.arrived.bytes += uint64(wc.ByteLen)
 		return
 	case rxMessage:
@@ -152,7 +152,7 @@ func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 		c.arrived.msgs++ // its bytes when the READ completes (readDoneLocked)
 		return
 	case rxFIN:
-		c.eof = true
+		c.stream.eof = true
 	}
 	// Control messages carry no bytes to hold: repost at once.
 	c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
@@ -229,7 +229,7 @@ func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32
 func (c *engine) admitRecvLocked(wc *verbs.WC) (uint32, rxAction) {
 	kind, credits, act, err := classifyRecv(wc.HasImm(), wc.Imm, wc.ByteLen, rxView{
 		controlReserve: c.features&wire.FeatureControlReserve != 0,
-		eof:            c.eof, msgsClosed: c.msgsClosed, room: c.ep.bufSize})
+		eof:            c.stream.eof, msgsClosed: c.msgs.closed, room: c.ep.bufSize})
 	switch act {
 	case rxFailed:
 		c.failLocked(err)
@@ -253,8 +253,8 @@ func (c *engine) recvFailedLocked(wc *verbs.WC) {
 	if wc.Status == verbs.WCWRFlushErr {
 		// The QP went to ERR (our close, or the peer's disconnect): after the
 		// data already received, a reader sees the end.
-		if c.rerr == nil && !c.eof {
-			c.rerr = syscall.ECONNRESET
+		if c.stream.rerr == nil && !c.stream.eof {
+			c.stream.rerr = syscall.ECONNRESET
 		}
 		c.qpDownLocked()
 		return
@@ -267,8 +267,8 @@ func (c *engine) sendFailedLocked(wc *verbs.WC) {
 		return
 	}
 	if wc.Status == verbs.WCWRFlushErr {
-		if c.werr == nil {
-			c.werr = syscall.ECONNRESET
+		if c.stream.werr == nil {
+			c.stream.werr = syscall.ECONNRESET
 		}
 		c.qpDownLocked()
 		return

@@ -81,9 +81,9 @@ func FuzzRecvCompletion(f *testing.F) {
 		if st[0]&1 != 0 {
 			c.features |= wire.FeatureControlReserve
 		}
-		c.window = 16
-		c.credits = int(binary.BigEndian.Uint16(st[1:])) % (maxWindow + 1)
-		c.peerCredits = int(binary.BigEndian.Uint16(st[3:])) % (c.window + 1)
+		c.win.size = 16
+		c.stream.credits = int(binary.BigEndian.Uint16(st[1:])) % (maxWindow + 1)
+		c.win.peerCredits = int(binary.BigEndian.Uint16(st[3:])) % (c.win.size + 1)
 		probes := 0
 		for step := 0; len(data) > 0 && step < 256; step++ {
 			r := make([]byte, 9)
@@ -93,29 +93,29 @@ func FuzzRecvCompletion(f *testing.F) {
 			if hasImm {
 				wc.Flags = withImmFlag
 			}
-			c.eof, c.msgsClosed = r[0]&2 != 0, r[0]&4 != 0
+			c.stream.eof, c.msgs.closed = r[0]&2 != 0, r[0]&4 != 0
 			kind, credits := wire.Kind(wc.Imm>>24), wc.Imm&wire.MaxImmCredits
 			reserve := c.features&wire.FeatureControlReserve != 0
 			control := reserve && (kind == wire.KindCredit || kind == wire.KindKeepalive)
 			spends := !control && kind != wire.KindRendezvousDone
 			malformed := !hasImm || kind > wire.KindRendezvousDone || wc.ByteLen > room
 			beyond := (control && kind == wire.KindCredit && credits == 0) ||
-				(spends && c.peerCredits == 0) ||
-				(kind != wire.KindRendezvousDone && c.credits+int(credits) > maxWindow)
+				(spends && c.win.peerCredits == 0) ||
+				(kind != wire.KindRendezvousDone && c.stream.credits+int(credits) > maxWindow)
 			allowance := false
 			if !malformed && control && kind == wire.KindKeepalive {
 				probes++
 				allowance = probes > burst
 			}
-			credits0, peer0 := c.credits, c.peerCredits
+			credits0, peer0 := c.stream.credits, c.win.peerCredits
 			got, act := c.admitRecvLocked(&wc)
 			if act == rxFailed {
 				if !malformed && !beyond && !allowance {
 					t.Fatalf("step %d: kind %d, %d credits, %d bytes (reserve %v, eof %v, holding %d, peer %d): failed: %v",
-						step, kind, credits, wc.ByteLen, reserve, c.eof, credits0, peer0, c.rerr)
+						step, kind, credits, wc.ByteLen, reserve, c.stream.eof, credits0, peer0, c.stream.rerr)
 				}
-				if !errors.Is(c.rerr, ErrProtocol) {
-					t.Fatalf("step %d: failed with %v, not ErrProtocol", step, c.rerr)
+				if !errors.Is(c.stream.rerr, ErrProtocol) {
+					t.Fatalf("step %d: failed with %v, not ErrProtocol", step, c.stream.rerr)
 				}
 				return // the connection is down: no more completions but flushed ones
 			}
@@ -123,8 +123,8 @@ func FuzzRecvCompletion(f *testing.F) {
 				t.Fatalf("step %d: kind %d, %d credits, %d bytes (no immediate %v, holding %d, peer %d) accepted as %d",
 					step, kind, credits, wc.ByteLen, !hasImm, credits0, peer0, act)
 			}
-			if c.rerr != nil || c.credits > maxWindow || c.peerCredits < 0 {
-				t.Fatalf("step %d: error %v, credits %d, peer's credits %d", step, c.rerr, c.credits, c.peerCredits)
+			if c.stream.rerr != nil || c.stream.credits > maxWindow || c.win.peerCredits < 0 {
+				t.Fatalf("step %d: error %v, credits %d, peer's credits %d", step, c.stream.rerr, c.stream.credits, c.win.peerCredits)
 			}
 			wantCredits, wantPeer := credits0+int(credits), peer0
 			if kind == wire.KindRendezvousDone {
@@ -133,18 +133,18 @@ func FuzzRecvCompletion(f *testing.F) {
 			if spends {
 				wantPeer--
 			}
-			if c.credits != wantCredits || c.peerCredits != wantPeer || got != credits {
+			if c.stream.credits != wantCredits || c.win.peerCredits != wantPeer || got != credits {
 				t.Fatalf("step %d: kind %d: credits %d -> %d, peer's %d -> %d; want %d, %d", step, kind,
-					credits0, c.credits, peer0, c.peerCredits, wantCredits, wantPeer)
+					credits0, c.stream.credits, peer0, c.win.peerCredits, wantCredits, wantPeer)
 			}
 			switch act {
 			case rxData:
-				if kind != wire.KindData || wc.ByteLen == 0 || wc.ByteLen > room || c.eof {
-					t.Fatalf("step %d: data delivered: kind %d, %d bytes, eof %v", step, kind, wc.ByteLen, c.eof)
+				if kind != wire.KindData || wc.ByteLen == 0 || wc.ByteLen > room || c.stream.eof {
+					t.Fatalf("step %d: data delivered: kind %d, %d bytes, eof %v", step, kind, wc.ByteLen, c.stream.eof)
 				}
 			case rxMessage, rxRendezvous:
-				if c.eof || c.msgsClosed || wc.ByteLen > room {
-					t.Fatalf("step %d: message delivered: %d bytes, eof %v, closed %v", step, wc.ByteLen, c.eof, c.msgsClosed)
+				if c.stream.eof || c.msgs.closed || wc.ByteLen > room {
+					t.Fatalf("step %d: message delivered: %d bytes, eof %v, closed %v", step, wc.ByteLen, c.stream.eof, c.msgs.closed)
 				}
 			}
 		}

@@ -32,7 +32,7 @@ func (c *engine) creditsUrgentLocked() bool {
 	if c.features&wire.FeatureControlReserve == 0 {
 		min = 2
 	}
-	return c.pending >= min && c.peerCredits <= c.window/2
+	return c.stream.pending >= min && c.win.peerCredits <= c.win.size/2
 }
 
 // flushCredits returns every pending credit now, below the threshold: a
@@ -41,7 +41,7 @@ func (c *engine) creditsUrgentLocked() bool {
 // update is in flight already, its completion sends the rest.
 func (c *engine) flushCredits() {
 	c.mu.Lock()
-	if c.pending > 0 && !c.qpDown && c.creditsUrgentLocked() {
+	if c.stream.pending > 0 && !c.qpDown && c.creditsUrgentLocked() {
 		c.sendCtlLocked(wire.KindCredit)
 	}
 	c.mu.Unlock()
@@ -70,21 +70,21 @@ func (c *engine) sendCtlLocked(kind wire.Kind) bool {
 		return false
 	}
 	uncredited := kind != wire.KindFIN && c.features&wire.FeatureControlReserve != 0
-	if uncredited && c.ctlOut || !uncredited && c.credits < 1 {
+	if uncredited && c.ka.ctlOut || !uncredited && c.stream.credits < 1 {
 		return false
 	}
 	wrKind := uint64(wrSendCtl)
 	if uncredited {
 		wrKind = wrSendUnc
 	}
-	if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, uint32(c.pending))},
+	if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, uint32(c.stream.pending))},
 		wrKind, 0, kind == wire.KindFIN || uncredited) != nil {
 		return false
 	}
 	if uncredited {
-		c.ctlOut = true
+		c.ka.ctlOut = true
 	} else {
-		c.credits--
+		c.stream.credits--
 	}
 	c.grantedLocked()
 	return true
@@ -93,7 +93,7 @@ func (c *engine) sendCtlLocked(kind wire.Kind) bool {
 // creditUpdateSentLocked retires a credit update sent with no reserved
 // credit of its own (wrSendUnc): another may go now.
 func (c *engine) creditUpdateSentLocked(wc *verbs.WC) {
-	c.ctlOut = false
+	c.ka.ctlOut = false
 	c.sendFailedLocked(wc)
 	if c.creditsUrgentLocked() {
 		// Credits earned while the update was in flight, which a reader

@@ -61,22 +61,23 @@ type engine struct {
 
 	counts connCounters // metrics_conn.go: atomics (noCredit: mu)
 
-	mu              sync.Mutex     // guards every field below, and the embedded states
-	streamState                    // stream.go: received bytes, credits, end of stream
-	sendQueue                      // sendqueue.go: posted send-queue requests in order
-	messageState                   // message.go: received messages lent to the user, zero-copy sends
-	oneSidedState                  // onesided.go: operations in flight, exports
-	rendezvousState                // rendezvous.go: messages larger than the peer's receive buffers
-	keepaliveState                 // keepalive.go: idle probes
-	recvPosted      int            // receives posted and not completed
-	arrived         arrivedCounts  // payload counted in the batch being handled, added to counts at its end
-	closed          bool           // Close was called
-	qpDown          bool           // the QP was moved to ERR
-	released        bool           // the endpoint is gone: completions are ignored
-	disconnected    bool           // a disconnect request went to the peer (disconnectLocked)
-	ringFreed       bool           // the receive ring went back to the pool (after release)
-	wake            wakeup         // the parked waiters but Read's and Write's
-	recvWRs         []verbs.RecvWR // scratch for reposting
+	mu           sync.Mutex      // guards every field below, the components' too
+	stream       streamState     // stream.go: received bytes, credits, end of stream
+	win          windowState     // window.go: how far the rings have grown, the peer's credits
+	sendq        sendQueue       // sendqueue.go: posted send-queue requests in order
+	msgs         messageState    // message.go: received messages lent to the user, zero-copy sends
+	rma          oneSidedState   // onesided.go: operations in flight, exports
+	rdv          rendezvousState // rendezvous.go: messages larger than the peer's receive buffers
+	ka           keepaliveState  // keepalive.go: idle probes
+	recvPosted   int             // receives posted and not completed
+	arrived      arrivedCounts   // payload counted in the batch being handled, added to counts at its end
+	closed       bool            // Close was called
+	qpDown       bool            // the QP was moved to ERR
+	released     bool            // the endpoint is gone: completions are ignored
+	disconnected bool            // a disconnect request went to the peer (disconnectLocked)
+	ringFreed    bool            // the receive ring went back to the pool (after release)
+	wake         wakeup          // the parked waiters but Read's and Write's
+	recvWRs      []verbs.RecvWR  // scratch for reposting
 	// recvReady are receives taken back whose credits are counted (in
 	// pending) but whose post waits for this side's next send, to go in
 	// the same call into C (stream.go, repostLocked).
@@ -108,13 +109,13 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	}
 	c.ep = ep
 	c.port = id.PortNum()
-	c.rq = make([]rxMsg, ep.maxRecv) // every receive posted
-	c.window, c.peerCredits = initialWindow(cfg), initialWindow(cfg)
-	c.sendFree = make([]int, 0, cfg.SendBuffers)
+	c.stream.rq = make([]rxMsg, ep.maxRecv) // every receive posted
+	c.win.size, c.win.peerCredits = initialWindow(cfg), initialWindow(cfg)
+	c.stream.sendFree = make([]int, 0, cfg.SendBuffers)
 	for i := range ep.send {
-		c.sendFree = append(c.sendFree, i)
+		c.stream.sendFree = append(c.stream.sendFree, i)
 	}
-	c.sq = make([]sqEntry, ep.sqDepth)
+	c.sendq.entries = make([]sqEntry, ep.sqDepth)
 	// Counted before the handshake posts them: a receive may complete (the
 	// peer's first message) before start runs, and its completion must
 	// find the count (else Close waits its whole flush timeout).
@@ -133,10 +134,10 @@ func (c *engine) setPeer(peer wire.Hello) {
 	// The QP accepts the peer's atomics only where both sides have them
 	// (endpoint.configure grants the right at RTR).
 	c.ep.remoteAtomic = peer.Features&wire.FeatureAtomics != 0
-	c.credits = int(peer.Credits)
-	c.peerMaxMsg = c.peerBufSize
+	c.stream.credits = int(peer.Credits)
+	c.rdv.peerMaxMsg = c.peerBufSize
 	if c.dev.windows && int(peer.MaxMsgSize) > c.peerBufSize {
-		c.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.pool.MaxSize()) // larger ones go by rendezvous
+		c.rdv.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.pool.MaxSize()) // larger ones go by rendezvous
 	}
 	c.mu.Unlock()
 }
@@ -172,7 +173,7 @@ func (c *engine) abort() {
 func (c *engine) freeRecvRingLocked() {
 	c.ringFreed = true
 	for i, b := range c.ep.recv {
-		if !c.lent[i] {
+		if !c.msgs.lent[i] {
 			b.Free()
 		}
 	}
@@ -206,7 +207,7 @@ func (c *engine) shutdown() error {
 	// buffers) and the peer has read every message lent to it.
 	var w poller.Waiter
 	c.mu.Lock()
-	for (c.sqInFlight > 0 || c.rvOut > 0) && !c.qpDown && c.closeWaitLocked(&w, deadline) {
+	for (c.sendq.inFlight > 0 || c.rdv.out > 0) && !c.qpDown && c.closeWaitLocked(&w, deadline) {
 	}
 	deliveryErr := c.undeliveredLocked(finErr)
 	c.qpDownLocked()
@@ -216,7 +217,7 @@ func (c *engine) shutdown() error {
 	// Let the completion loop collect the flushed work requests, then stop it.
 	flushDeadline := time.Now().Add(time.Second)
 	c.mu.Lock()
-	for (c.sqInFlight > 0 || c.recvPosted > 0) && c.closeWaitLocked(&w, flushDeadline) {
+	for (c.sendq.inFlight > 0 || c.recvPosted > 0) && c.closeWaitLocked(&w, flushDeadline) {
 	}
 	c.mu.Unlock()
 	w.End()
@@ -237,11 +238,11 @@ func (c *engine) undeliveredLocked(finErr error) error {
 	switch {
 	case errors.As(finErr, &ct):
 		return finErr
-	case errors.As(c.werr, &tt):
-		return c.werr
-	case !c.qpDown && c.sqInFlight > 0:
+	case errors.As(c.stream.werr, &tt):
+		return c.stream.werr
+	case !c.qpDown && c.sendq.inFlight > 0:
 		return &closeTimeout{"data written before Close was not acknowledged by the peer"}
-	case !c.qpDown && c.rvOut > 0:
+	case !c.qpDown && c.rdv.out > 0:
 		return &closeTimeout{"the peer did not read every large message sent before Close"}
 	}
 	return nil
@@ -253,8 +254,8 @@ func (c *engine) release() error {
 	c.released = true // from here on the poller's completions for us are ignored
 	c.stopKeepaliveLocked()
 	c.closeMessagesLocked()
-	exports := c.exports
-	c.exports = nil
+	exports := c.rma.exports
+	c.rma.exports = nil
 	// Buffers the NIC may still read or write (a send, a one-sided
 	// operation or a READ whose flush was not seen) are released only once
 	// the QP is destroyed, and outside c.mu: a received Buf sent on recycles
@@ -267,10 +268,10 @@ func (c *engine) release() error {
 	// Messages and notifications delivered but never received go back now
 	// (Messages() and Notifications() are closed, so this ends): a peer
 	// that sends and disconnects must not pin this side's memory.
-	for b := range c.mq.Chan() { // made and closed by closeMessagesLocked
+	for b := range c.msgs.mq.Chan() { // made and closed by closeMessagesLocked
 		b.Release()
 	}
-	for n := range c.nq.Chan() {
+	for n := range c.msgs.nq.Chan() {
 		n.Release()
 	}
 	for e := range exports {
@@ -326,11 +327,11 @@ func (c *engine) qpDownLocked() {
 // sent through a port that is down also leaves Soft-RoCE's CM unable to
 // connect on that port after it comes back up (TestPortDown).
 func (c *engine) failLocked(err error) {
-	if c.rerr == nil {
-		c.rerr = err
+	if c.stream.rerr == nil {
+		c.stream.rerr = err
 	}
-	if c.werr == nil {
-		c.werr = err
+	if c.stream.werr == nil {
+		c.stream.werr = err
 	}
 	c.qpDownLocked()
 	if errors.Is(err, ErrProtocol) {
@@ -387,8 +388,8 @@ func (c *engine) eventLoop(ctx context.Context) {
 				c.failLocked(&deviceFailed{msg: "the connection's RDMA device was removed (rdma link delete, driver unload " +
 					"or a fatal device error): dial again once a device serves the address"})
 			}
-			if c.werr == nil {
-				c.werr = syscall.ECONNRESET
+			if c.stream.werr == nil {
+				c.stream.werr = syscall.ECONNRESET
 			}
 			// Receives completed before the disconnect stay readable; the
 			// flush marks the end (io.EOF if the peer sent end-of-stream).
@@ -441,10 +442,10 @@ func (c *engine) writeErrLocked() error {
 	switch {
 	case c.closed:
 		return net.ErrClosed
-	case c.finSent:
+	case c.stream.finSent:
 		return syscall.EPIPE // after CloseWrite, as for TCP
-	case c.werr != nil:
-		return c.werr
+	case c.stream.werr != nil:
+		return c.stream.werr
 	case c.wrDeadline.Expired():
 		return os.ErrDeadlineExceeded
 	}

@@ -24,7 +24,7 @@ import (
 // announced as 65535.
 func (c *engine) hello() []byte {
 	h := wire.Hello{Version: wire.Version, Minor: wire.Minor, Features: c.announced(),
-		Credits: uint16(min(c.window, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
+		Credits: uint16(min(c.win.size, math.MaxUint16)), RecvBufSize: uint32(c.cfg.BufferSize),
 		MaxMsgSize: uint32(c.maxRecvMessage())}
 	return h.AppendTo(nil)
 }

@@ -64,7 +64,7 @@ func expectProtocolError(t *testing.T, s, peer, c2, s2 *Conn, want string) {
 	deadline := time.Now().Add(wait)
 	for {
 		s.mu.Lock()
-		failed := s.rerr != nil
+		failed := s.stream.rerr != nil
 		s.mu.Unlock()
 		if failed {
 			break
@@ -168,7 +168,7 @@ func TestHostileControlAllowance(t *testing.T) {
 		}
 		c.mu.Lock()
 		c.initSendSlotsLocked()
-		id := c.msgFree[len(c.msgFree)-1] // the send slot Send takes, which is the rendezvous id
+		id := c.msgs.free[len(c.msgs.free)-1] // the send slot Send takes, which is the rendezvous id
 		c.mu.Unlock()
 		if err := c.Send(ctx, m); err != nil {
 			t.Fatal(err)

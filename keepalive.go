@@ -39,8 +39,8 @@ const minProbeInterval = 10 * time.Millisecond
 
 // keepaliveState is the keepalive's state, guarded by Conn.mu.
 type keepaliveState struct {
-	kaTimer    *time.Timer   // nil when keepalive is off for this connection
-	kaEvery    time.Duration // the probe interval: Config.KeepAlive, at least minProbeInterval
+	timer      *time.Timer   // nil when keepalive is off for this connection
+	every      time.Duration // the probe interval: Config.KeepAlive, at least minProbeInterval
 	lastHeard  time.Time     // the last receive completion (anything from the peer)
 	ctlOut     bool          // a credit update or probe that spends no credit is posted and not completed
 	probes     uint64        // probes sent
@@ -79,16 +79,16 @@ func (c *engine) startKeepalive() {
 		return
 	}
 	c.mu.Lock()
-	c.lastHeard = time.Now()
-	c.kaEvery = max(c.cfg.KeepAlive, minProbeInterval)
-	c.kaTimer = time.AfterFunc(c.kaEvery, c.keepaliveTick)
+	c.ka.lastHeard = time.Now()
+	c.ka.every = max(c.cfg.KeepAlive, minProbeInterval)
+	c.ka.timer = time.AfterFunc(c.ka.every, c.keepaliveTick)
 	c.mu.Unlock()
 }
 
 // stopKeepaliveLocked stops the timer for good. Called with c.mu held.
 func (c *engine) stopKeepaliveLocked() {
-	if c.kaTimer != nil {
-		c.kaTimer.Stop()
+	if c.ka.timer != nil {
+		c.ka.timer.Stop()
 	}
 }
 
@@ -104,17 +104,17 @@ func (c *engine) keepaliveTick() {
 	// completion (asyncForceLocked); one that nobody asks for by calling
 	// in waits no longer than this.
 	c.flushAsyncLocked()
-	next := c.kaEvery - time.Since(c.lastHeard)
+	next := c.ka.every - time.Since(c.ka.lastHeard)
 	if next <= 0 {
 		// Skipped while a credit update is in flight: its
 		// acknowledgement, or its failure, says as much. Pending credits
 		// ride along, as on any control message.
-		if !c.ctlOut && c.sendCtlLocked(wire.KindKeepalive) {
-			c.probes++
+		if !c.ka.ctlOut && c.sendCtlLocked(wire.KindKeepalive) {
+			c.ka.probes++
 		}
-		next = c.kaEvery
+		next = c.ka.every
 	}
-	c.kaTimer.Reset(next)
+	c.ka.timer.Reset(next)
 }
 
 // controlAllowedLocked checks a credit update or probe that spent no
@@ -144,7 +144,7 @@ func (c *engine) controlAllowedLocked(kind wire.Kind, credits uint32) bool {
 		}
 		return true
 	}
-	if burst := len(c.ep.recv) + 2; !c.peerProbes.take(time.Now(), burst) {
+	if burst := len(c.ep.recv) + 2; !c.ka.peerProbes.take(time.Now(), burst) {
 		c.failLocked(fmt.Errorf("%w: peer sent keepalive probes more often than one every %v (after a burst of %d)",
 			ErrProtocol, minProbeInterval, burst))
 		return false

@@ -78,7 +78,7 @@ func TestKeepaliveDetectsVanishedPeer(t *testing.T) {
 	waitFor(t, "the writer to run out of credit", func() bool {
 		client.mu.Lock()
 		defer client.mu.Unlock()
-		return client.credits <= 1 && client.sqUsedLocked() == 0 && client.sendSeq > 0
+		return client.stream.credits <= 1 && client.sqUsedLocked() == 0 && client.stream.sendSeq > 0
 	})
 	// Everything the client sent is acknowledged: only a probe can find out now.
 	start := time.Now()

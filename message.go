@@ -38,16 +38,16 @@ import (
 
 // messageState is the message view's state, guarded by Conn.mu.
 type messageState struct {
-	mq         lendq.Queue[buffer.Buf]   // internal/lendq: received messages until Recv or Messages() takes them
-	nq         lendq.Queue[Notification] // ... notifications, until RecvNotification or Notifications()
-	msgsClosed bool
-	slots      []recvSlot
-	slotRefs   []buffer.RecyclerRef // slots[i], prepared for SetRecyclerRef
-	lent       []bool               // receive buffer i is with the user (message or notification)
-	msgSend    []buffer.Buf         // messages in flight, by send slot
-	msgFree    []int
-	msgAsync   []bool   // the send slot's outcome goes to Completions()
-	msgID      []uint64 // ... with this id
+	mq       lendq.Queue[buffer.Buf]   // internal/lendq: received messages until Recv or Messages() takes them
+	nq       lendq.Queue[Notification] // ... notifications, until RecvNotification or Notifications()
+	closed   bool
+	slots    []recvSlot
+	slotRefs []buffer.RecyclerRef // slots[i], prepared for SetRecyclerRef
+	lent     []bool               // receive buffer i is with the user (message or notification)
+	inFlight []buffer.Buf         // messages in flight, by send slot
+	free     []int
+	async    []bool   // the send slot's outcome goes to Completions()
+	id       []uint64 // ... with this id
 }
 
 // recvSlot returns a receive buffer lent to the user to the connection.
@@ -60,16 +60,16 @@ func (r *recvSlot) Recycle(b buffer.Buf) { r.c.recycleRecv(r.idx, b) }
 
 func (c *engine) initMessages() {
 	n := c.ep.maxRecv
-	c.mq = lendq.New[buffer.Buf](n)   // at most n receive buffers can be lent at once
-	c.nq = lendq.New[Notification](n) // likewise
-	c.slots = make([]recvSlot, n)
-	c.lent = make([]bool, n)
-	for i := range c.slots {
-		c.slots[i] = recvSlot{c, i}
+	c.msgs.mq = lendq.New[buffer.Buf](n)   // at most n receive buffers can be lent at once
+	c.msgs.nq = lendq.New[Notification](n) // likewise
+	c.msgs.slots = make([]recvSlot, n)
+	c.msgs.lent = make([]bool, n)
+	for i := range c.msgs.slots {
+		c.msgs.slots[i] = recvSlot{c, i}
 	}
-	c.slotRefs = buffer.NewRecyclerRefs(n, func(i int) buffer.Recycler { return &c.slots[i] })
+	c.msgs.slotRefs = buffer.NewRecyclerRefs(n, func(i int) buffer.Recycler { return &c.msgs.slots[i] })
 	for i := range c.ep.recv {
-		c.ep.recv[i].SetRecyclerRef(&c.slotRefs[i])
+		c.ep.recv[i].SetRecyclerRef(&c.msgs.slotRefs[i])
 	}
 	c.initOneSided()
 }
@@ -78,15 +78,15 @@ func (c *engine) initMessages() {
 // Send (or PostSend): a connection that only streams never needs them.
 // Called with c.mu held.
 func (c *engine) initSendSlotsLocked() {
-	if c.msgSend != nil {
+	if c.msgs.inFlight != nil {
 		return
 	}
-	c.msgSend = make([]buffer.Buf, c.ep.maxMsgs)
-	c.msgAsync = make([]bool, c.ep.maxMsgs)
-	c.msgID = make([]uint64, c.ep.maxMsgs)
-	c.msgFree = make([]int, 0, c.ep.maxMsgs)
+	c.msgs.inFlight = make([]buffer.Buf, c.ep.maxMsgs)
+	c.msgs.async = make([]bool, c.ep.maxMsgs)
+	c.msgs.id = make([]uint64, c.ep.maxMsgs)
+	c.msgs.free = make([]int, 0, c.ep.maxMsgs)
 	for i := c.ep.maxMsgs - 1; i >= 0; i-- {
-		c.msgFree = append(c.msgFree, i)
+		c.msgs.free = append(c.msgs.free, i)
 	}
 }
 
@@ -94,7 +94,7 @@ func (c *engine) initSendSlotsLocked() {
 func (c *engine) maxMessageSize() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.peerMaxMsg
+	return c.rdv.peerMaxMsg
 }
 
 // alloc is Conn.Alloc on the engine.
@@ -128,9 +128,9 @@ func (c *engine) sendMessage(ctx context.Context, b buffer.Buf, async bool, id u
 	return nil
 }
 
-func (c *engine) messages() <-chan buffer.Buf { return userChan(c, &c.mq) }
+func (c *engine) messages() <-chan buffer.Buf { return userChan(c, &c.msgs.mq) }
 
-func (c *engine) recv(ctx context.Context) (buffer.Buf, error) { return receive(c, ctx, &c.mq) }
+func (c *engine) recv(ctx context.Context) (buffer.Buf, error) { return receive(c, ctx, &c.msgs.mq) }
 
 // ownBuf returns b if it is a buffer of this connection's device pool, or
 // else a copy of it in one (b is then released): the NIC can only send
@@ -167,7 +167,7 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 	// the send slot, or deregistered (after the unlock) if the send fails
 	// before.
 	var exact *verbs.MR
-	if b.Len() > c.peerBufSize && b.Len() <= c.peerMaxMsg {
+	if b.Len() > c.peerBufSize && b.Len() <= c.rdv.peerMaxMsg {
 		var err error
 		if exact, err = c.lendRegistration(b); err != nil {
 			return err
@@ -187,11 +187,11 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 	if err := c.awaitSendSlotLocked(ctx, &w, large, async); err != nil {
 		return err
 	}
-	slot := c.msgFree[len(c.msgFree)-1]
-	c.msgFree = c.msgFree[:len(c.msgFree)-1]
-	c.msgSend[slot] = b
-	c.msgAsync[slot] = async
-	c.msgID[slot] = id
+	slot := c.msgs.free[len(c.msgs.free)-1]
+	c.msgs.free = c.msgs.free[:len(c.msgs.free)-1]
+	c.msgs.inFlight[slot] = b
+	c.msgs.async[slot] = async
+	c.msgs.id[slot] = id
 	var err error
 	if large {
 		mr := exact
@@ -201,26 +201,26 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 		err = c.postMessageLocked(b, slot, async)
 	}
 	if err != nil {
-		c.msgSend[slot] = buffer.Buf{}
-		c.msgFree = append(c.msgFree, slot)
+		c.msgs.inFlight[slot] = buffer.Buf{}
+		c.msgs.free = append(c.msgs.free, slot)
 		return err
 	}
 	if async {
-		c.asyncOut++
+		c.rma.asyncOut++
 	}
 	return nil
 }
 
 // checkMessageSizeLocked refuses a message larger than the peer accepts.
 func (c *engine) checkMessageSizeLocked(n int) error {
-	if n <= c.peerMaxMsg {
+	if n <= c.rdv.peerMaxMsg {
 		return nil
 	}
 	if !c.dev.windows {
 		return fmt.Errorf("%w: %d bytes, limit %d (the peer's receive buffer size: this device has no type 2 "+
-			"memory windows to lend a larger message through)", ErrMessageTooLarge, n, c.peerMaxMsg)
+			"memory windows to lend a larger message through)", ErrMessageTooLarge, n, c.rdv.peerMaxMsg)
 	}
-	return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.peerMaxMsg)
+	return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.rdv.peerMaxMsg)
 }
 
 // awaitSendSlotLocked waits, within ctx and the write deadline, until a
@@ -238,13 +238,13 @@ func (c *engine) awaitSendSlotLocked(ctx context.Context, w *poller.Waiter, larg
 		if async && !c.asyncRoomLocked() {
 			return ErrCompletionsFull
 		}
-		c.counts.creditCheck(c.credits < 2) // metrics
-		if c.credits >= 2 && len(c.msgFree) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
-			(!large || c.rvOut < c.rvReserve || c.growReserveLocked()) &&
+		c.counts.creditCheck(c.stream.credits < 2) // metrics
+		if c.stream.credits >= 2 && len(c.msgs.free) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
+			(!large || c.rdv.out < c.win.rvReserve || c.growReserveLocked()) &&
 			(!large || c.bindReadyLocked()) { // rxebind.go: Soft-RoCE re-executes binds on retry
 			return nil
 		}
-		if large && c.rvReserve == 0 && !c.qpDown && !c.poolGrowing { // growing: woken when it is done
+		if large && c.win.rvReserve == 0 && !c.qpDown && !c.win.poolGrowing { // growing: woken when it is done
 			return fmt.Errorf("%w: no receive buffer for the peer's answer to a large message", buffer.ErrExhausted)
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline, w); err != nil {
@@ -257,7 +257,7 @@ func (c *engine) awaitSendSlotLocked(ctx context.Context, w *poller.Waiter, larg
 // from its send slot, with the credits pending so far.
 func (c *engine) postMessageLocked(b buffer.Buf, slot int, async bool) error {
 	wr := verbs.SendWR{Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
-		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.pending))}
+		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.stream.pending))}
 	if b.Len() <= c.ep.maxInline {
 		wr.Flags = verbs.SendInline
 	}
@@ -267,7 +267,7 @@ func (c *engine) postMessageLocked(b buffer.Buf, slot int, async bool) error {
 		return err
 	}
 	c.grantedLocked()
-	c.credits--
+	c.stream.credits--
 	return nil
 }
 
@@ -301,7 +301,7 @@ again:
 			c.windowTaken()
 			return v, nil
 		}
-		if c.asyncUnsig && any(q) == any(&c.oq) {
+		if c.sendq.asyncUnsig && any(q) == any(&c.rma.oq) {
 			c.flushAsyncLocked() // the end waited for may come with no completion of its own
 		}
 		viaChan := q.ViaChan()
@@ -374,10 +374,10 @@ func received[T any](c *engine, v T, ok bool) (T, error) {
 	switch {
 	case c.closed:
 		return zero, net.ErrClosed
-	case c.eof:
+	case c.stream.eof:
 		return zero, io.EOF
-	case c.rerr != nil:
-		return zero, c.rerr
+	case c.stream.rerr != nil:
+		return zero, c.stream.rerr
 	}
 	return zero, io.EOF
 }
@@ -388,12 +388,12 @@ func received[T any](c *engine, v T, ok bool) (T, error) {
 func (c *engine) deliverMessageLocked(idx, n int) {
 	b := c.ep.recv[idx]
 	b.SetLen(n)
-	c.lent[idx] = true
-	if c.inLen > 0 {
+	c.msgs.lent[idx] = true
+	if c.rdv.inLen > 0 {
 		c.inboxPushLocked(idx)
 		return
 	}
-	c.mq.Push(b)
+	c.msgs.mq.Push(b)
 }
 
 // recycleRecv takes back a lent receive buffer (the user released it) and
@@ -401,7 +401,7 @@ func (c *engine) deliverMessageLocked(idx, n int) {
 func (c *engine) recycleRecv(idx int, b buffer.Buf) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lent[idx] = false
+	c.msgs.lent[idx] = false
 	c.ep.recv[idx] = b
 	if c.released {
 		if c.ringFreed { // else release frees it with the ring
@@ -424,15 +424,15 @@ func (c *engine) recycleRecv(idx int, b buffer.Buf) {
 // What waits in a ring closes the channel later (lendq.Queue.End); release
 // hands it to the channel, which it drains.
 func (c *engine) closeMessagesLocked() {
-	if !c.msgsClosed {
-		c.msgsClosed = true
-		c.mq.End()
-		c.nq.End()
+	if !c.msgs.closed {
+		c.msgs.closed = true
+		c.msgs.mq.End()
+		c.msgs.nq.End()
 		c.broadcast() // a Recv parked on the ring's wake-up
 	}
 	if c.released {
-		c.mq.ToChan()
-		c.nq.ToChan()
+		c.msgs.mq.ToChan()
+		c.msgs.nq.ToChan()
 	}
 }
 
@@ -440,14 +440,14 @@ func (c *engine) closeMessagesLocked() {
 // asynchronous one's completion reports net.ErrClosed, and its buffer joins
 // rel, released once the QP is destroyed (the NIC may still read it).
 func (c *engine) releaseMessageSendsLocked(rel []buffer.Buf) []buffer.Buf {
-	for i, b := range c.msgSend {
+	for i, b := range c.msgs.inFlight {
 		if b.Valid() {
-			if c.msgAsync[i] {
-				c.asyncOut--
-				c.oq.Push(OpCompletion{ID: c.msgID[i], Err: net.ErrClosed})
+			if c.msgs.async[i] {
+				c.rma.asyncOut--
+				c.rma.oq.Push(OpCompletion{ID: c.msgs.id[i], Err: net.ErrClosed})
 			}
 			rel = append(rel, b)
-			c.msgSend[i] = buffer.Buf{}
+			c.msgs.inFlight[i] = buffer.Buf{}
 		}
 	}
 	return rel
@@ -461,7 +461,7 @@ func userChan[T any](c *engine, q *lendq.Queue[T]) <-chan T {
 	if !q.ViaChan() {
 		c.mu.Lock()
 		q.ToChan()
-		if any(q) == any(&c.oq) {
+		if any(q) == any(&c.rma.oq) {
 			// Ends of operations posted unsignaled before the channel was
 			// taken must not wait for a later completion: from now on
 			// every asynchronous request is signaled (asyncForceLocked).

@@ -727,7 +727,7 @@ func settledInUse(t *testing.T, c *Conn) int64 {
 	last, out := int64(-1), 0
 	for time.Now().Before(deadline) {
 		c.mu.Lock()
-		out = c.rvOut
+		out = c.rdv.out
 		c.mu.Unlock()
 		got := c.dev.pool.Stats().InUseBytes
 		if out == 0 && got == last {
@@ -956,7 +956,7 @@ func rawSend(t *testing.T, c *Conn, kind wire.Kind, val uint32, payload []byte) 
 		LKey: c.ep.rvDesc.LKey(), Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(kind, val)}, wrSendCtl, 0, true); err != nil {
 		t.Fatal(err)
 	}
-	c.credits--
+	c.stream.credits--
 }
 
 // TestRendezvousProtocolErrors: what a broken or hostile peer can send about
@@ -1102,7 +1102,7 @@ func TestUnreadMessagesFreedAtClose(t *testing.T) {
 	// Wait until the server has every message and the notification queued.
 	for deadline := time.Now().Add(rdmatest.Scale(10 * time.Second)); ; {
 		s.mu.Lock()
-		queued := s.mq.Queued() + s.nq.Queued()
+		queued := s.msgs.mq.Queued() + s.msgs.nq.Queued()
 		s.mu.Unlock()
 		if queued == 3 {
 			break

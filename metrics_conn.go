@@ -133,7 +133,7 @@ func pollerStats(ps poller.Stats) *ConnStats {
 func (c *engine) keepaliveProbes() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.probes
+	return c.ka.probes
 }
 
 // stats is Conn.Stats on the engine.

@@ -111,7 +111,7 @@ func useRendezvous(t *testing.T, ctx context.Context, c, s *Conn, fault func()) 
 	m.Release()
 	c.mu.Lock()
 	windows := 0
-	for _, mw := range c.rvMW {
+	for _, mw := range c.rdv.mw {
 		if mw != nil {
 			windows++
 		}

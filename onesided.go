@@ -36,7 +36,7 @@ import (
 // completion is sure to fit Completions(). Only the poller sends on it
 // (under c.mu, held here) and the user only takes from it, so the check
 // stays true until the operation is posted.
-func (c *engine) asyncRoomLocked() bool { return c.asyncOut+c.oq.Queued() < c.oq.Size() }
+func (c *engine) asyncRoomLocked() bool { return c.rma.asyncOut+c.rma.oq.Queued() < c.rma.oq.Size() }
 
 // exported is what grants the peer access to an Export's buffer: the
 // registration and, where the device has them, the window bound to the
@@ -99,7 +99,7 @@ func (c *engine) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights ver
 			return 0, err
 		}
 	}
-	s := &c.ops[idx]
+	s := &c.rma.ops[idx]
 	b.Retain()
 	s.async, s.atomic, s.local, s.name = false, false, b, "memory window bind (export)"
 	var bind verbs.SendWR
@@ -125,7 +125,7 @@ func (c *engine) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights ver
 // closes.
 func (e *Export) revoke() error {
 	e.c.mu.Lock()
-	delete(e.c.exports, e)
+	delete(e.c.rma.exports, e)
 	e.c.mu.Unlock()
 	return e.close()
 }
@@ -150,7 +150,7 @@ func (e *Export) close() error {
 // oneSidedState is the one-sided operations' state, guarded by Conn.mu.
 type oneSidedState struct {
 	ops      []opSlot
-	opFree   []int
+	free     []int
 	oq       lendq.Queue[OpCompletion] // internal/lendq: ends of asynchronous operations until RecvCompletion or Completions() takes them
 	asyncOut int                       // asynchronous operations posted whose completion is not yet queued
 	exports  map[*Export]struct{}
@@ -163,9 +163,9 @@ type oneSidedState struct {
 type opSlot struct {
 	done   chan opResult // for the blocking forms; capacity 1, made at the slot's first use (under mu)
 	async  bool
-	atomic bool // the NIC writes the word's old value into the slot's 8 bytes of c.atomicRes
+	atomic bool // the NIC writes the word's old value into the slot's 8 bytes of c.rma.atomicRes
 	id     uint64
-	local  buffer.Buf // the local buffer (for an atomic, c.atomicRes), referenced until the end
+	local  buffer.Buf // the local buffer (for an atomic, c.rma.atomicRes), referenced until the end
 	name   string     // the operation, for its error (a failed completion's opcode is not valid)
 }
 
@@ -178,8 +178,8 @@ type opResult struct {
 func (c *engine) initOneSided() {
 	// Room for every operation and asynchronous send that can be in flight,
 	// so the poller never blocks on it.
-	c.oq = lendq.New[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
-	c.exports = make(map[*Export]struct{})
+	c.rma.oq = lendq.New[OpCompletion](c.ep.maxOps + c.ep.maxMsgs)
+	c.rma.exports = make(map[*Export]struct{})
 }
 
 // export is Conn.Export on the engine.
@@ -219,21 +219,21 @@ func (c *engine) export(b buffer.Buf, access Access) (*Export, error) {
 		e.close()
 		return nil, net.ErrClosed
 	}
-	c.exports[e] = struct{}{}
+	c.rma.exports[e] = struct{}{}
 	c.mu.Unlock()
 	return e, nil
 }
 
-func (c *engine) notifications() <-chan Notification { return userChan(c, &c.nq) }
+func (c *engine) notifications() <-chan Notification { return userChan(c, &c.msgs.nq) }
 
 func (c *engine) recvNotification(ctx context.Context) (Notification, error) {
-	return receive(c, ctx, &c.nq)
+	return receive(c, ctx, &c.msgs.nq)
 }
 
-func (c *engine) completions() <-chan OpCompletion { return userChan(c, &c.oq) }
+func (c *engine) completions() <-chan OpCompletion { return userChan(c, &c.rma.oq) }
 
 func (c *engine) recvCompletion(ctx context.Context) (OpCompletion, error) {
-	return receive(c, ctx, &c.oq)
+	return receive(c, ctx, &c.rma.oq)
 }
 
 // writeRemote is WriteRemote (withImm: WriteRemoteImm); async: its Post form.
@@ -269,7 +269,7 @@ func (c *engine) oneSided(ctx context.Context, opcode uint32, local buffer.Buf, 
 // postOneSided takes an operation slot (waiting as takeOpSlotLocked does),
 // posts wr on it with a reference to local, and for a blocking call waits
 // for the end; it returns an atomic's old value. An atomic (local unused)
-// takes the slot's 8 bytes of c.atomicRes as its local buffer. A write
+// takes the slot's 8 bytes of c.rma.atomicRes as its local buffer. A write
 // with immediate spends a credit.
 func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR, local buffer.Buf,
 	async bool, id uint64) (uint64, error) {
@@ -284,7 +284,7 @@ func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR,
 	}
 	atomic := wr.Opcode == verbs.OpAtomicCompareSwap || wr.Opcode == verbs.OpAtomicFetchAdd
 	if atomic {
-		local = c.atomicRes
+		local = c.rma.atomicRes
 		if err := local.Retain(); err != nil { // released with the connection while we waited for a slot
 			c.giveBackOpSlotLocked(idx)
 			c.mu.Unlock()
@@ -294,11 +294,11 @@ func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR,
 	} else {
 		local.Retain()
 	}
-	s := &c.ops[idx]
+	s := &c.rma.ops[idx]
 	s.async, s.atomic, s.id, s.local, s.name = async, atomic, id, local, name
 	// A blocking call waits for its own completion; an asynchronous one's
 	// may come with a later request's (asyncForceLocked).
-	force := !async || c.asyncForceLocked(len(c.opFree)%max(c.ep.maxOps/2, 1) == 0)
+	force := !async || c.asyncForceLocked(len(c.rma.free)%max(c.ep.maxOps/2, 1) == 0)
 	if err := c.postLocked(wr, wrOneSided, idx, force); err != nil {
 		b := c.giveBackOpSlotLocked(idx)
 		c.mu.Unlock()
@@ -306,10 +306,10 @@ func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR,
 		return 0, err
 	}
 	if needCredit {
-		c.credits--
+		c.stream.credits--
 	}
 	if async {
-		c.asyncOut++
+		c.rma.asyncOut++
 	}
 	c.mu.Unlock()
 	if async {
@@ -328,11 +328,11 @@ func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR,
 // credit to spare when needCredit, and takes the slot. Called with c.mu
 // held; returns with it held.
 func (c *engine) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, needCredit bool) (int, error) {
-	if c.ops == nil { // the first one-sided operation: most connections never make one
-		c.ops = make([]opSlot, c.ep.maxOps)
-		c.opFree = make([]int, 0, c.ep.maxOps)
-		for i := len(c.ops) - 1; i >= 0; i-- {
-			c.opFree = append(c.opFree, i) // each slot's done channel is made at its first use
+	if c.rma.ops == nil { // the first one-sided operation: most connections never make one
+		c.rma.ops = make([]opSlot, c.ep.maxOps)
+		c.rma.free = make([]int, 0, c.ep.maxOps)
+		for i := len(c.rma.ops) - 1; i >= 0; i-- {
+			c.rma.free = append(c.rma.free, i) // each slot's done channel is made at its first use
 		}
 	}
 	for {
@@ -342,20 +342,20 @@ func (c *engine) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, 
 		if async && !c.asyncRoomLocked() {
 			return 0, ErrCompletionsFull
 		}
-		if len(c.opFree) > 0 && (!needCredit || c.credits >= 2) && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2 {
+		if len(c.rma.free) > 0 && (!needCredit || c.stream.credits >= 2) && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2 {
 			break
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline, w); err != nil {
 			return 0, err
 		}
 	}
-	idx := c.opFree[len(c.opFree)-1]
-	c.opFree = c.opFree[:len(c.opFree)-1]
-	if c.ops[idx].done == nil {
-		c.ops[idx].done = make(chan opResult, 1)
+	idx := c.rma.free[len(c.rma.free)-1]
+	c.rma.free = c.rma.free[:len(c.rma.free)-1]
+	if c.rma.ops[idx].done == nil {
+		c.rma.ops[idx].done = make(chan opResult, 1)
 	} else {
 		select {
-		case <-c.ops[idx].done: // a result nobody waited for (the waiter's ctx ended)
+		case <-c.rma.ops[idx].done: // a result nobody waited for (the waiter's ctx ended)
 		default:
 		}
 	}
@@ -365,10 +365,10 @@ func (c *engine) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, 
 // giveBackOpSlotLocked undoes a slot whose post failed: the slot is free
 // again; the caller releases the returned reference after c.mu.
 func (c *engine) giveBackOpSlotLocked(idx int) buffer.Buf {
-	s := &c.ops[idx]
+	s := &c.rma.ops[idx]
 	b := s.local
 	s.local = buffer.Buf{}
-	c.opFree = append(c.opFree, idx)
+	c.rma.free = append(c.rma.free, idx)
 	return b
 }
 
@@ -409,7 +409,7 @@ func (c *engine) awaitOp(ctx context.Context, w *poller.Waiter, s *opSlot) (uint
 // oneSidedDoneLocked finishes operation idx. Called by the poller under c.mu;
 // the local buffer's reference is returned through *release.
 func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf) {
-	s := &c.ops[idx]
+	s := &c.rma.ops[idx]
 	var err error
 	if wc.Status != verbs.WCSuccess {
 		err = wc.ErrOp(s.name)
@@ -429,18 +429,18 @@ func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf
 	*release = append(*release, s.local)
 	s.local = buffer.Buf{}
 	if s.async {
-		c.asyncOut--
-		c.oq.Push(OpCompletion{ID: s.id, Err: err, Value: value})
+		c.rma.asyncOut--
+		c.rma.oq.Push(OpCompletion{ID: s.id, Err: err, Value: value})
 	} else {
 		s.done <- opResult{value: value, err: err}
 	}
-	c.opFree = append(c.opFree, idx)
+	c.rma.free = append(c.rma.free, idx)
 }
 
 // deliverNotificationLocked lends receive buffer idx as a notification.
 func (c *engine) deliverNotificationLocked(idx int, wc *verbs.WC) {
-	c.lent[idx] = true
-	c.nq.Push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
+	c.msgs.lent[idx] = true
+	c.msgs.nq.Push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
 }
 
 // releaseOpsLocked ends the one-sided operations and atomics in flight at
@@ -448,12 +448,12 @@ func (c *engine) deliverNotificationLocked(idx int, wc *verbs.WC) {
 // and adds their local buffers, and the atomics' result buffer, to rel,
 // released once the QP is destroyed (the NIC may still use them).
 func (c *engine) releaseOpsLocked(rel []buffer.Buf) []buffer.Buf {
-	for i := range c.ops {
-		s := &c.ops[i]
+	for i := range c.rma.ops {
+		s := &c.rma.ops[i]
 		if s.local.Valid() {
 			if s.async {
-				c.asyncOut--
-				c.oq.Push(OpCompletion{ID: s.id, Err: net.ErrClosed})
+				c.rma.asyncOut--
+				c.rma.oq.Push(OpCompletion{ID: s.id, Err: net.ErrClosed})
 			} else {
 				select {
 				case s.done <- opResult{err: net.ErrClosed}:
@@ -464,9 +464,9 @@ func (c *engine) releaseOpsLocked(rel []buffer.Buf) []buffer.Buf {
 			s.local = buffer.Buf{}
 		}
 	}
-	if c.atomicRes.Valid() { // operations in flight hold references of their own
-		rel = append(rel, c.atomicRes)
-		c.atomicRes = buffer.Buf{}
+	if c.rma.atomicRes.Valid() { // operations in flight hold references of their own
+		rel = append(rel, c.rma.atomicRes)
+		c.rma.atomicRes = buffer.Buf{}
 	}
 	return rel
 }

@@ -25,9 +25,9 @@ func (c *engine) repostLocked() {
 		return
 	}
 	c.recvReady = append(c.recvReady, c.recvWRs...)
-	c.pending += len(c.recvWRs) - c.uncredited
-	unc := c.uncredited
-	c.uncredited = 0
+	c.stream.pending += len(c.recvWRs) - c.stream.uncredited
+	unc := c.stream.uncredited
+	c.stream.uncredited = 0
 	c.recvWRs = c.recvWRs[:0]
 	if unc > 0 {
 		c.postReadyLocked()

@@ -208,7 +208,7 @@ func TestCompletionsWithoutCaller(t *testing.T) {
 		}
 		if b.Valid() {
 			c.mu.Lock()
-			out := c.rvOut
+			out := c.rdv.out
 			c.mu.Unlock()
 			t.Fatalf("round %d: the sender's 1 MiB buffer is still lent (%d rendezvous out) %v after the receiver released the message; "+
 				"nobody handled the completions that end it", round, out, rdmatest.Scale(time.Second))

@@ -48,23 +48,23 @@ import (
 // message (initRendezvousIn, initRendezvousOut).
 type rendezvousState struct {
 	peerMaxMsg int         // largest message Send takes: peerBufSize, or more by rendezvous
-	rvMW       []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
-	rvMR       []*verbs.MR // by send slot: the registration of exactly its buffer (lendExact devices), until revoked
-	rvSending  []bool      // by send slot: lent to the peer, waiting for its done
-	rvOut      int         // send slots in a rendezvous (until the window is revoked)
-	rvIn       []rvRecv    // by receive buffer: an incoming rendezvous
+	mw         []*verbs.MW // by send slot: the window lending that slot's buffer, allocated on first use
+	mr         []*verbs.MR // by send slot: the registration of exactly its buffer (lendExact devices), until revoked
+	sending    []bool      // by send slot: lent to the peer, waiting for its done
+	out        int         // send slots in a rendezvous (until the window is revoked)
+	in         []rvRecv    // by receive buffer: an incoming rendezvous
 	bigSlots   []bigSlot   // by receive buffer: recyclers of delivered large messages
 	bigRefs    []buffer.RecyclerRef
 	inbox      []int // receive buffers of messages not yet delivered, in order (a ring)
 	inHead     int
 	inLen      int
-	rvStalled  int             // incoming rendezvous without a buffer or a posted READ
-	rvReads    int             // READs in flight
-	rvHeld     int64           // bytes of pool buffers taken for incoming large messages, until released (MaxUnreadBytes)
-	rvDone     []uint32        // done answers waiting for send-queue room
-	rvInval    []int           // send slots whose window waits to be invalidated
-	rvCtx      context.Context // ends at release: stops waits for pool buffers
-	rvCancel   context.CancelFunc
+	stalled    int             // incoming rendezvous without a buffer or a posted READ
+	reads      int             // READs in flight
+	held       int64           // bytes of pool buffers taken for incoming large messages, until released (MaxUnreadBytes)
+	doneQ      []uint32        // done answers waiting for send-queue room
+	inval      []int           // send slots whose window waits to be invalidated
+	ctx        context.Context // ends at release: stops waits for pool buffers
+	cancel     context.CancelFunc
 }
 
 // rvState is where an incoming rendezvous is.
@@ -113,7 +113,7 @@ func (c *engine) unchargeLocked(n int64) {
 	if n == 0 {
 		return
 	}
-	c.rvHeld -= n
+	c.rdv.held -= n
 	c.dev.unread.release(n)
 }
 
@@ -134,30 +134,30 @@ func (c *engine) maxRecvMessage() int {
 // initRendezvousIn makes the state of incoming large messages, indexed by
 // the receive buffer that carried the announcement.
 func (c *engine) initRendezvousIn() {
-	if c.rvIn != nil {
+	if c.rdv.in != nil {
 		return
 	}
-	c.rvIn = make([]rvRecv, c.ep.maxRecv)
-	c.bigSlots = make([]bigSlot, c.ep.maxRecv)
-	for i := range c.bigSlots {
-		c.bigSlots[i] = bigSlot{c: c, idx: i}
+	c.rdv.in = make([]rvRecv, c.ep.maxRecv)
+	c.rdv.bigSlots = make([]bigSlot, c.ep.maxRecv)
+	for i := range c.rdv.bigSlots {
+		c.rdv.bigSlots[i] = bigSlot{c: c, idx: i}
 	}
-	c.bigRefs = buffer.NewRecyclerRefs(len(c.bigSlots), func(i int) buffer.Recycler { return &c.bigSlots[i] })
-	c.inbox = make([]int, c.ep.maxRecv)
-	c.rvDone = make([]uint32, 0, c.ep.maxRecv)
-	c.rvCtx, c.rvCancel = context.WithCancel(context.Background())
+	c.rdv.bigRefs = buffer.NewRecyclerRefs(len(c.rdv.bigSlots), func(i int) buffer.Recycler { return &c.rdv.bigSlots[i] })
+	c.rdv.inbox = make([]int, c.ep.maxRecv)
+	c.rdv.doneQ = make([]uint32, 0, c.ep.maxRecv)
+	c.rdv.ctx, c.rdv.cancel = context.WithCancel(context.Background())
 }
 
 // initRendezvousOut makes the state of outgoing large messages, indexed
 // by send slot.
 func (c *engine) initRendezvousOut() {
-	if c.rvMW != nil {
+	if c.rdv.mw != nil {
 		return
 	}
-	c.rvInval = make([]int, 0, c.ep.maxMsgs)
-	c.rvMW = make([]*verbs.MW, c.ep.maxMsgs)
-	c.rvMR = make([]*verbs.MR, c.ep.maxMsgs)
-	c.rvSending = make([]bool, c.ep.maxMsgs)
+	c.rdv.inval = make([]int, 0, c.ep.maxMsgs)
+	c.rdv.mw = make([]*verbs.MW, c.ep.maxMsgs)
+	c.rdv.mr = make([]*verbs.MR, c.ep.maxMsgs)
+	c.rdv.sending = make([]bool, c.ep.maxMsgs)
 }
 
 // lendRegistration registers exactly b's bytes for a window to be bound
@@ -218,15 +218,15 @@ func (d *device) closeLendMR(mr *verbs.MR) {
 func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) error {
 	c.initRendezvousOut()
 	c.closeLendMRLocked(slot) // a failed send's, if one is left
-	c.rvMR[slot] = exact
-	mw := c.rvMW[slot]
+	c.rdv.mr[slot] = exact
+	mw := c.rdv.mw[slot]
 	if mw == nil {
 		var err error
 		if mw, err = c.dev.pd.AllocMW(); err != nil {
 			c.closeLendMRLocked(slot)
 			return err
 		}
-		c.rvMW[slot] = mw
+		c.rdv.mw[slot] = mw
 	}
 	mr := exact
 	if mr == nil {
@@ -248,27 +248,27 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	wire.Rendezvous{ID: uint32(slot), Region: wire.Region{Addr: b.Addr(), Len: uint32(b.Len()), RKey: rkey}}.
 		AppendTo(c.ep.rvDesc.Full()[off:off])
 	ann := verbs.SendWR{Addr: c.ep.rvDesc.Addr() + uint64(off), Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(),
-		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.pending))}
+		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.stream.pending))}
 	c.sqPushLocked(&ann, wrSendRv, slot, c.dev.quietBind())
-	c.ctlWR[0] = ann
+	c.sendq.ctlWR[0] = ann
 	if err := c.postBindSendLocked(&verbs.BindWR{WRID: bind.WRID, Flags: bind.Flags, MW: mw, MR: mr,
-		Addr: b.Addr(), Len: uint64(b.Len()), Access: verbs.AccessRemoteRead, RKey: rkey}, c.ctlWR[:]); err != nil {
+		Addr: b.Addr(), Len: uint64(b.Len()), Access: verbs.AccessRemoteRead, RKey: rkey}, c.sendq.ctlWR[:]); err != nil {
 		c.sqPopLocked(2)
 		c.failLocked(err)
 		return err // the window may be bound: it stays so until release deallocates it
 	}
-	c.rvSending[slot] = true
-	c.rvOut++
+	c.rdv.sending[slot] = true
+	c.rdv.out++
 	c.grantedLocked()
-	c.credits--
+	c.stream.credits--
 	return nil
 }
 
 // closeLendMRLocked deregisters send slot slot's own registration, if it
 // has one, once no window is bound over it.
 func (c *engine) closeLendMRLocked(slot int) {
-	if mr := c.rvMR[slot]; mr != nil {
-		c.rvMR[slot] = nil
+	if mr := c.rdv.mr[slot]; mr != nil {
+		c.rdv.mr[slot] = nil
 		c.dev.closeLendMR(mr)
 	}
 }
@@ -276,12 +276,12 @@ func (c *engine) closeLendMRLocked(slot int) {
 // rendezvousDoneLocked: the peer has read the message of send slot id, so
 // revoke its window; the buffer is released when the invalidate completes.
 func (c *engine) rendezvousDoneLocked(id uint32) {
-	if int(id) >= len(c.rvSending) || !c.rvSending[id] {
+	if int(id) >= len(c.rdv.sending) || !c.rdv.sending[id] {
 		c.failLocked(fmt.Errorf("%w: peer finished rendezvous %d, which is not outstanding", ErrProtocol, id))
 		return
 	}
-	c.rvSending[id] = false
-	c.rvInval = append(c.rvInval, int(id))
+	c.rdv.sending[id] = false
+	c.rdv.inval = append(c.rdv.inval, int(id))
 	c.pumpRendezvousLocked()
 }
 
@@ -296,13 +296,13 @@ func (c *engine) rendezvousInLocked(idx, n int) {
 		c.failLocked(fmt.Errorf("%w: peer announced a %d-byte message; this side accepts %d", ErrProtocol, d.Region.Len, limit))
 		return
 	}
-	c.lent[idx] = true // held until the message is released
+	c.msgs.lent[idx] = true // held until the message is released
 	c.initRendezvousIn()
-	c.rvIn[idx] = rvRecv{state: rvNeedBuf, desc: d}
+	c.rdv.in[idx] = rvRecv{state: rvNeedBuf, desc: d}
 	c.inboxPushLocked(idx)
-	c.rvStalled++
+	c.rdv.stalled++
 	if holdRendezvous != nil && holdRendezvous(d) {
-		c.rvIn[idx].state = rvWaitPool // the pump waits at it, as for a pool buffer
+		c.rdv.in[idx].state = rvWaitPool // the pump waits at it, as for a pool buffer
 		return
 	}
 	c.pumpRendezvousLocked()
@@ -322,23 +322,23 @@ func (c *engine) pumpRendezvousLocked() {
 	if c.qpDown {
 		return // release revokes the windows and frees the buffers
 	}
-	for len(c.rvInval) > 0 && c.sqUsedLocked() < c.ep.sqDepth {
-		id := c.rvInval[0]
-		if c.postLocked(verbs.SendWR{Opcode: verbs.OpLocalInv, RKey: c.rvMW[id].RKey()}, wrInval, id, true) != nil {
+	for len(c.rdv.inval) > 0 && c.sqUsedLocked() < c.ep.sqDepth {
+		id := c.rdv.inval[0]
+		if c.postLocked(verbs.SendWR{Opcode: verbs.OpLocalInv, RKey: c.rdv.mw[id].RKey()}, wrInval, id, true) != nil {
 			return
 		}
-		c.rvInval = append(c.rvInval[:0], c.rvInval[1:]...)
+		c.rdv.inval = append(c.rdv.inval[:0], c.rdv.inval[1:]...)
 	}
-	for len(c.rvDone) > 0 && c.sqUsedLocked() < c.ep.sqDepth {
+	for len(c.rdv.doneQ) > 0 && c.sqUsedLocked() < c.ep.sqDepth {
 		if c.postLocked(verbs.SendWR{Opcode: verbs.OpSendWithImm,
-			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rvDone[0])}, wrSendCtl, 0, false) != nil {
+			Imm: wire.EncodeImm(wire.KindRendezvousDone, c.rdv.doneQ[0])}, wrSendCtl, 0, false) != nil {
 			return
 		}
-		c.rvDone = append(c.rvDone[:0], c.rvDone[1:]...)
+		c.rdv.doneQ = append(c.rdv.doneQ[:0], c.rdv.doneQ[1:]...)
 	}
-	for i := 0; i < c.inLen && c.rvStalled > 0 && c.rvReads < maxRendezvous && c.sqUsedLocked() < c.ep.sqDepth; i++ {
-		idx := c.inbox[(c.inHead+i)%len(c.inbox)]
-		r := &c.rvIn[idx]
+	for i := 0; i < c.rdv.inLen && c.rdv.stalled > 0 && c.rdv.reads < maxRendezvous && c.sqUsedLocked() < c.ep.sqDepth; i++ {
+		idx := c.rdv.inbox[(c.rdv.inHead+i)%len(c.rdv.inbox)]
+		r := &c.rdv.in[idx]
 		if r.state == rvWaitPool {
 			return // first in line for the pool: later ones wait behind it
 		}
@@ -348,15 +348,15 @@ func (c *engine) pumpRendezvousLocked() {
 			// release pumps again) and the device's (a goroutine waits for
 			// it, as for the pool).
 			n := int64(r.desc.Region.Len)
-			if c.rvHeld > 0 && c.rvHeld+n > c.cfg.MaxUnreadBytes {
+			if c.rdv.held > 0 && c.rdv.held+n > c.cfg.MaxUnreadBytes {
 				return
 			}
-			if ok, _ := c.dev.unread.tryCharge(n, c.rvHeld == 0); !ok {
+			if ok, _ := c.dev.unread.tryCharge(n, c.rdv.held == 0); !ok {
 				r.state = rvWaitPool
 				go c.awaitBuffer(idx, int(n), false)
 				return
 			}
-			c.rvHeld += n
+			c.rdv.held += n
 			b, err := c.dev.pool.TryGet(int(r.desc.Region.Len))
 			switch {
 			case errors.Is(err, buffer.ErrNoFree) || errors.Is(err, buffer.ErrExhausted):
@@ -367,7 +367,7 @@ func (c *engine) pumpRendezvousLocked() {
 				// and the ones behind it (which could not be delivered before
 				// it anyway) take no buffer that it needs.
 				r.state = rvWaitPool
-				c.rvHeld -= n // charged again when the buffer comes
+				c.rdv.held -= n // charged again when the buffer comes
 				go c.awaitBuffer(idx, int(n), true)
 				return
 			case err != nil:
@@ -384,8 +384,8 @@ func (c *engine) pumpRendezvousLocked() {
 				return
 			}
 			r.state = rvReading
-			c.rvReads++
-			c.rvStalled--
+			c.rdv.reads++
+			c.rdv.stalled--
 		}
 	}
 }
@@ -401,10 +401,10 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 	// (lowprio.go); with the pool at its limit, GetWait waits for a
 	// release.
 	_ = c.dev.slow.run(func() error { return c.dev.pool.Grow(n, 1) })
-	b, err := c.dev.pool.GetWait(c.rvCtx, n)
+	b, err := c.dev.pool.GetWait(c.rdv.ctx, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.released || c.rvIn[idx].state != rvWaitPool {
+	if c.released || c.rdv.in[idx].state != rvWaitPool {
 		if err == nil {
 			b.Free()
 			c.dev.bufReturned() // the device may be waiting for its last buffer
@@ -414,13 +414,13 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 	}
 	if err != nil {
 		c.dev.unread.release(int64(n))
-		if c.rvCtx.Err() == nil {
+		if c.rdv.ctx.Err() == nil {
 			c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", n, err))
 		}
 		return
 	}
-	c.rvHeld += int64(n)
-	c.rvIn[idx].buf, c.rvIn[idx].state = b, rvNeedPost
+	c.rdv.held += int64(n)
+	c.rdv.in[idx].buf, c.rdv.in[idx].state = b, rvNeedPost
 	c.pumpRendezvousLocked()
 }
 
@@ -432,14 +432,14 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 func (c *engine) awaitUnread(n int64) bool {
 	for {
 		c.mu.Lock()
-		ok, changed := c.dev.unread.tryCharge(n, c.rvHeld == 0)
+		ok, changed := c.dev.unread.tryCharge(n, c.rdv.held == 0)
 		c.mu.Unlock()
 		if ok {
 			return true
 		}
 		select {
 		case <-changed:
-		case <-c.rvCtx.Done():
+		case <-c.rdv.ctx.Done():
 			return false
 		}
 	}
@@ -447,23 +447,23 @@ func (c *engine) awaitUnread(n int64) bool {
 
 // readDoneLocked: the READ of the rendezvous in receive buffer idx ended.
 func (c *engine) readDoneLocked(idx int, wc *verbs.WC) {
-	c.rvReads--
+	c.rdv.reads--
 	switch wc.Status {
 	case verbs.WCSuccess:
 	case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
 		// The peer's NIC refused: its announcement named memory it had not
 		// lent us. The RC error has taken the QP down.
 		c.failLocked(fmt.Errorf("%w: reading a %d-byte message the peer announced: %w",
-			ErrRemoteAccess, c.rvIn[idx].desc.Region.Len, wcErr(wc)))
+			ErrRemoteAccess, c.rdv.in[idx].desc.Region.Len, wcErr(wc)))
 		return
 	default:
 		c.sendFailedLocked(wc)
 		return
 	}
-	r := &c.rvIn[idx]
+	r := &c.rdv.in[idx]
 	r.state = rvReady
 	c.arrived.bytes += uint64(wc.ByteLen) // a large message's bytes count when its READ completes
-	c.rvDone = append(c.rvDone, r.desc.ID)
+	c.rdv.doneQ = append(c.rdv.doneQ, r.desc.ID)
 	c.pumpRendezvousLocked()
 	c.drainInboxLocked()
 }
@@ -471,30 +471,30 @@ func (c *engine) readDoneLocked(idx int, wc *verbs.WC) {
 // inboxPushLocked queues receive buffer idx's message behind the ones not
 // yet delivered.
 func (c *engine) inboxPushLocked(idx int) {
-	c.inbox[(c.inHead+c.inLen)%len(c.inbox)] = idx
-	c.inLen++
+	c.rdv.inbox[(c.rdv.inHead+c.rdv.inLen)%len(c.rdv.inbox)] = idx
+	c.rdv.inLen++
 }
 
 // drainInboxLocked delivers the messages at the head of the inbox that are
 // complete. Messages() has room for every receive buffer, and each queued
 // message holds one, so this never blocks.
 func (c *engine) drainInboxLocked() {
-	for c.inLen > 0 && !c.msgsClosed {
-		idx := c.inbox[c.inHead]
-		r := &c.rvIn[idx]
+	for c.rdv.inLen > 0 && !c.msgs.closed {
+		idx := c.rdv.inbox[c.rdv.inHead]
+		r := &c.rdv.in[idx]
 		switch r.state {
 		case rvNone:
-			c.mq.Push(c.ep.recv[idx])
+			c.msgs.mq.Push(c.ep.recv[idx])
 		case rvReady:
-			c.bigSlots[idx].held = int64(r.desc.Region.Len)
-			r.buf.SetRecyclerRef(&c.bigRefs[idx])
-			c.mq.Push(r.buf)
+			c.rdv.bigSlots[idx].held = int64(r.desc.Region.Len)
+			r.buf.SetRecyclerRef(&c.rdv.bigRefs[idx])
+			c.msgs.mq.Push(r.buf)
 			*r = rvRecv{}
 		default:
 			return // still being read: everything behind it waits
 		}
-		c.inHead = (c.inHead + 1) % len(c.inbox)
-		c.inLen--
+		c.rdv.inHead = (c.rdv.inHead + 1) % len(c.rdv.inbox)
+		c.rdv.inLen--
 	}
 }
 
@@ -504,26 +504,26 @@ func (c *engine) drainInboxLocked() {
 // them until the QP is destroyed); undelivered messages' receive buffers go
 // back with the receive ring.
 func (c *engine) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
-	if c.rvCancel != nil {
-		c.rvCancel()
+	if c.rdv.cancel != nil {
+		c.rdv.cancel()
 	}
-	for ; c.inLen > 0; c.inLen-- {
-		idx := c.inbox[c.inHead]
-		c.inHead = (c.inHead + 1) % len(c.inbox)
-		if c.rvIn[idx].buf.Valid() {
-			rel = append(rel, c.rvIn[idx].buf)
-			c.unchargeLocked(int64(c.rvIn[idx].desc.Region.Len))
+	for ; c.rdv.inLen > 0; c.rdv.inLen-- {
+		idx := c.rdv.inbox[c.rdv.inHead]
+		c.rdv.inHead = (c.rdv.inHead + 1) % len(c.rdv.inbox)
+		if c.rdv.in[idx].buf.Valid() {
+			rel = append(rel, c.rdv.in[idx].buf)
+			c.unchargeLocked(int64(c.rdv.in[idx].desc.Region.Len))
 		}
-		c.rvIn[idx] = rvRecv{}
-		c.lent[idx] = false
+		c.rdv.in[idx] = rvRecv{}
+		c.msgs.lent[idx] = false
 	}
-	for i, mw := range c.rvMW {
+	for i, mw := range c.rdv.mw {
 		if mw != nil {
 			c.ep.closeMW(mw) // on failure the QP is destroyed, not pooled: its destruction ends the window (type 2 windows live on one QP)
-			c.rvMW[i] = nil
+			c.rdv.mw[i] = nil
 		}
 	}
-	for i := range c.rvMR {
+	for i := range c.rdv.mr {
 		c.closeLendMRLocked(i) // after the windows: an MR with a window bound over it cannot be deregistered
 	}
 	return rel
@@ -534,7 +534,7 @@ func (c *engine) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 // over.
 func (c *engine) invalidatedLocked(idx int, wc *verbs.WC) {
 	c.sendFailedLocked(wc)
-	c.rvOut--
+	c.rdv.out--
 	if wc.Status == verbs.WCSuccess {
 		c.closeLendMRLocked(idx) // else the window may still be bound: release deregisters it
 	}

@@ -33,10 +33,10 @@ func heldAnnouncements(t *testing.T) <-chan wire.Rendezvous {
 func resumeHeld(s *Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range s.inLen {
-		idx := s.inbox[(s.inHead+i)%len(s.inbox)]
-		if s.rvIn[idx].state == rvWaitPool {
-			s.rvIn[idx].state = rvNeedBuf
+	for i := range s.rdv.inLen {
+		idx := s.rdv.inbox[(s.rdv.inHead+i)%len(s.rdv.inbox)]
+		if s.rdv.in[idx].state == rvWaitPool {
+			s.rdv.in[idx].state = rvNeedBuf
 		}
 	}
 	s.pumpRendezvousLocked()

@@ -27,7 +27,7 @@ func (c *engine) addRecvsLocked(n int) int {
 	}
 	wrs := c.recvWRs[len(c.recvWRs):] // scratch beyond what is being reposted (normally empty)
 	for idx := first; idx < len(c.ep.recv); idx++ {
-		c.ep.recv[idx].SetRecyclerRef(&c.slotRefs[idx])
+		c.ep.recv[idx].SetRecyclerRef(&c.msgs.slotRefs[idx])
 		wrs = append(wrs, c.ep.recvWR(idx))
 	}
 	if len(wrs) == 0 {
@@ -50,7 +50,7 @@ func (c *engine) growSendRingLocked() {
 		return
 	}
 	for idx := first; idx < len(c.ep.send); idx++ {
-		c.sendFree = append(c.sendFree, idx)
+		c.stream.sendFree = append(c.stream.sendFree, idx)
 	}
 }
 
@@ -58,7 +58,7 @@ func (c *engine) growSendRingLocked() {
 // or none (the rings keep their doubling sizes): if the pool has fewer
 // free, those taken go back and growPoolLocked registers an arena.
 func (c *engine) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
-	if c.poolGrowing || c.poolFullLocked() {
+	if c.win.poolGrowing || c.poolFullLocked() {
 		return false // tried again once the pool has grown, or after poolRetry
 	}
 	first := len(*ring)
@@ -92,18 +92,18 @@ func (c *engine) growPoolLocked(err error, need int) {
 	if !errors.Is(err, buffer.ErrNoFree) || c.released {
 		return
 	}
-	c.poolGrowing = true
+	c.win.poolGrowing = true
 	go func() {
 		err := c.dev.slow.run(func() error { return c.dev.pool.Grow(c.ep.bufSize, need) })
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		c.poolGrowing = false
+		c.win.poolGrowing = false
 		// A writer or Send waiting for its ring tries again (a Send that
 		// needs the rendezvous reserve's first buffer fails if the pool is
 		// at its limit).
 		defer c.broadcast()
 		if err != nil {
-			c.poolFullAt = time.Now()
+			c.win.poolFullAt = time.Now()
 			return
 		}
 		if !c.released && !c.qpDown {
@@ -116,7 +116,7 @@ func (c *engine) growPoolLocked(err error, need int) {
 // poolFullLocked reports whether growPoolLocked found the pool at its
 // limit less than poolRetry ago.
 func (c *engine) poolFullLocked() bool {
-	return !c.poolFullAt.IsZero() && time.Since(c.poolFullAt) < poolRetry
+	return !c.win.poolFullAt.IsZero() && time.Since(c.win.poolFullAt) < poolRetry
 }
 
 // ringBytes is the registered memory the connection's rings hold now.

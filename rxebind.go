@@ -68,10 +68,10 @@ func isSoftRoCE(name string) bool {
 // connection's send queue now. If not, the caller waits for completions
 // (each batch of them broadcasts) and asks again. Called with c.mu held.
 func (c *engine) bindReadyLocked() bool {
-	if c.sqInFlight == 0 || c.qpDown || !c.dev.quietBind() {
+	if c.sendq.inFlight == 0 || c.qpDown || !c.dev.quietBind() {
 		return true
 	}
-	if c.sqUnsig > 0 && c.sqUsedLocked() < c.ep.sqDepth {
+	if c.sendq.unsig > 0 && c.sqUsedLocked() < c.ep.sqDepth {
 		// The newest request asked for no completion, so none may come to
 		// retire the queue: a signaled zero-length write does.
 		c.postFlushLocked()

@@ -25,11 +25,11 @@ const signalEvery = 16
 
 // sendQueue is the send queue's bookkeeping, guarded by Conn.mu.
 type sendQueue struct {
-	sqInFlight int // send-queue entries posted and not retired
-	sqReserved int // send-queue entries a writer reserved and has not posted yet
-	sq         []sqEntry
-	sqHead     int             // the oldest entry not retired
-	sqUnsig    int             // requests posted since the last signaled one
+	inFlight   int // send-queue entries posted and not retired
+	reserved   int // send-queue entries a writer reserved and has not posted yet
+	entries    []sqEntry
+	head       int             // the oldest entry not retired
+	unsig      int             // requests posted since the last signaled one
 	asyncUnsig bool            // an asynchronous request is among them (its end waits for a signaled one)
 	ctlWR      [1]verbs.SendWR // scratch for single posts (a local would escape to the heap)
 }
@@ -42,28 +42,28 @@ type sqEntry struct {
 
 // sqUsedLocked is how many send-queue entries are taken: posted and not
 // retired, plus those a writer reserved and has not posted yet.
-func (c *engine) sqUsedLocked() int { return c.sqInFlight + c.sqReserved }
+func (c *engine) sqUsedLocked() int { return c.sendq.inFlight + c.sendq.reserved }
 
 // sqPushLocked appends a request about to be posted to the queue and sets
 // its wr_id (the kind and the queue position) and its signaled flag.
 // Called with c.mu held; the caller checked that the queue has room.
 func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) {
-	pos := (c.sqHead + c.sqInFlight) % len(c.sq)
-	c.sq[pos] = sqEntry{kind: kind, idx: idx}
-	c.sqInFlight++
+	pos := (c.sendq.head + c.sendq.inFlight) % len(c.sendq.entries)
+	c.sendq.entries[pos] = sqEntry{kind: kind, idx: idx}
+	c.sendq.inFlight++
 	wr.WRID = c.ep.wrid(kind, pos)
 	// After this side's end of stream nothing may follow to retire an
 	// unsignaled request (a rendezvous done answer, a credit update to a
 	// 1.1 peer), and Close waits for every request to retire: signal them
 	// all.
-	if force || c.finSent || c.sqUnsig+1 >= signalEvery || c.sqLowLocked() {
+	if force || c.stream.finSent || c.sendq.unsig+1 >= signalEvery || c.sqLowLocked() {
 		wr.Flags |= verbs.SendSignaled
-		c.sqUnsig = 0
-		c.asyncUnsig = false
+		c.sendq.unsig = 0
+		c.sendq.asyncUnsig = false
 	} else {
 		wr.Flags &^= verbs.SendSignaled
-		c.sqUnsig++
-		c.asyncUnsig = c.asyncUnsig || kind == wrSendMsg && c.msgAsync[idx] || kind == wrOneSided && c.ops[idx].async
+		c.sendq.unsig++
+		c.sendq.asyncUnsig = c.sendq.asyncUnsig || kind == wrSendMsg && c.msgs.async[idx] || kind == wrOneSided && c.rma.ops[idx].async
 	}
 }
 
@@ -83,7 +83,7 @@ func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool
 // them, so a writer keeping every slot busy gets half back while the other
 // half are in flight.
 func (c *engine) asyncForceLocked(lowSlots bool) bool {
-	return c.oq.ViaChan() || c.asyncOut == 0 || lowSlots
+	return c.rma.oq.ViaChan() || c.rma.asyncOut == 0 || lowSlots
 }
 
 // flushAsyncLocked makes sure the ends of asynchronous requests posted
@@ -93,7 +93,7 @@ func (c *engine) asyncForceLocked(lowSlots bool) bool {
 // not required to carry a valid R_Key: IBA C9-88; rxe's check_rkey accepts
 // it). Called with c.mu held.
 func (c *engine) flushAsyncLocked() {
-	if c.asyncUnsig && !c.qpDown && c.sqUsedLocked() < c.ep.sqDepth {
+	if c.sendq.asyncUnsig && !c.qpDown && c.sqUsedLocked() < c.ep.sqDepth {
 		c.postFlushLocked()
 	}
 }
@@ -108,12 +108,12 @@ func (c *engine) postFlushLocked() {
 // back is running low.
 func (c *engine) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
-		len(c.sendFree) < min(signalEvery, len(c.ep.send)) ||
-		c.msgFree != nil && len(c.msgFree) < signalEvery // nil: the message view never sent
+		len(c.stream.sendFree) < min(signalEvery, len(c.ep.send)) ||
+		c.msgs.free != nil && len(c.msgs.free) < signalEvery // nil: the message view never sent
 }
 
 // sqPopLocked takes back the last n pushed requests (their post failed).
-func (c *engine) sqPopLocked(n int) { c.sqInFlight -= min(n, c.sqInFlight) }
+func (c *engine) sqPopLocked(n int) { c.sendq.inFlight -= min(n, c.sendq.inFlight) }
 
 // sqRetireLocked handles the completion of the request at queue position
 // pos: every older request retires successfully first (RC completes in
@@ -121,11 +121,11 @@ func (c *engine) sqPopLocked(n int) { c.sqInFlight -= min(n, c.sqInFlight) }
 // the one at pos with wc's status.
 func (c *engine) sqRetireLocked(pos int, wc *verbs.WC) {
 	ok := verbs.WC{Status: verbs.WCSuccess}
-	for c.sqInFlight > 0 {
-		at := c.sqHead
-		e := c.sq[at]
-		c.sqHead = (c.sqHead + 1) % len(c.sq)
-		c.sqInFlight--
+	for c.sendq.inFlight > 0 {
+		at := c.sendq.head
+		e := c.sendq.entries[at]
+		c.sendq.head = (c.sendq.head + 1) % len(c.sendq.entries)
+		c.sendq.inFlight--
 		if at == pos {
 			c.sendDoneLocked(e, wc)
 			return
@@ -140,8 +140,8 @@ func (c *engine) sqRetireLocked(pos int, wc *verbs.WC) {
 // the caller checked that the send queue has room.
 func (c *engine) postLocked(wr verbs.SendWR, kind uint64, idx int, force bool) error {
 	c.sqPushLocked(&wr, kind, idx, force)
-	c.ctlWR[0] = wr
-	if err := c.postSendsLocked(c.ctlWR[:]); err != nil {
+	c.sendq.ctlWR[0] = wr
+	if err := c.postSendsLocked(c.sendq.ctlWR[:]); err != nil {
 		c.sqPopLocked(1)
 		c.failLocked(err)
 		return err

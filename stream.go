@@ -36,13 +36,12 @@ type streamState struct {
 	eof        bool // the peer sent end-of-stream
 	rerr       error
 	// Send side.
-	credits     int    // peer receive buffers we may still fill
-	sendSeq     uint64 // data sends posted
-	sendDone    uint64 // data sends completed (RC completes in order)
-	sendFree    []int  // send buffers (indices into ep.send) not in flight
-	finSent     bool
-	werr        error
-	windowState // window.go: how far the rings have grown, the peer's credits
+	credits  int    // peer receive buffers we may still fill
+	sendSeq  uint64 // data sends posted
+	sendDone uint64 // data sends completed (RC completes in order)
+	sendFree []int  // send buffers (indices into ep.send) not in flight
+	finSent  bool
+	werr     error
 }
 
 type rxMsg struct {
@@ -81,12 +80,12 @@ func (c *engine) writeTo(w io.Writer) (total int64, werr, err error) {
 			}
 			return total, nil, err
 		}
-		m := c.rq[c.rqHead]
+		m := c.stream.rq[c.stream.rqHead]
 		idx := m.buf
 		chunk := c.ep.recv[idx].Full()[m.off:m.n]
 		// Lent while w reads it: a concurrent Close's release must not
 		// give it back to the pool (recycleRecv's rule, below).
-		c.lent[idx] = true
+		c.msgs.lent[idx] = true
 		c.mu.Unlock()
 		wt.End() // the next chunk's wait is one of its own, with a fresh spin budget (as each Read's)
 		var n int
@@ -98,7 +97,7 @@ func (c *engine) writeTo(w io.Writer) (total int64, werr, err error) {
 		}
 		total += int64(n)
 		c.mu.Lock()
-		c.lent[idx] = false
+		c.msgs.lent[idx] = false
 		if c.released { // Close ran meanwhile
 			freed := c.ringFreed // else release frees it with the ring
 			if freed {
@@ -134,15 +133,15 @@ func (c *engine) awaitData(w *poller.Waiter, block bool) (bool, error) {
 			c.mu.Unlock()
 			return false, os.ErrDeadlineExceeded
 		}
-		if c.rqLen > 0 {
+		if c.stream.rqLen > 0 {
 			return true, nil
 		}
-		if c.eof {
+		if c.stream.eof {
 			c.mu.Unlock()
 			return false, io.EOF
 		}
-		if c.rerr != nil {
-			err := c.rerr
+		if c.stream.rerr != nil {
+			err := c.stream.rerr
 			c.mu.Unlock()
 			return false, err
 		}
@@ -167,8 +166,8 @@ func (c *engine) awaitData(w *poller.Waiter, block bool) (bool, error) {
 func (c *engine) copyOut(b []byte) int {
 	n := 0
 	c.recvWRs = c.recvWRs[:0]
-	for c.rqLen > 0 && n < len(b) {
-		m := &c.rq[c.rqHead]
+	for c.stream.rqLen > 0 && n < len(b) {
+		m := &c.stream.rq[c.stream.rqHead]
 		k := copy(b[n:], c.ep.recv[m.buf].Full()[m.off:m.n])
 		n += k
 		c.takeLocked(m, k)
@@ -182,7 +181,7 @@ func (c *engine) copyOut(b []byte) int {
 // held and data queued.
 func (c *engine) consumeLocked(n int) {
 	c.recvWRs = c.recvWRs[:0]
-	c.takeLocked(&c.rq[c.rqHead], n)
+	c.takeLocked(&c.stream.rq[c.stream.rqHead], n)
 	c.repostLocked()
 }
 
@@ -193,8 +192,8 @@ func (c *engine) takeLocked(m *rxMsg, k int) {
 	m.off += k
 	if m.off == m.n {
 		c.recvWRs = append(c.recvWRs, c.ep.recvWR(m.buf))
-		c.rqHead = (c.rqHead + 1) % len(c.rq)
-		c.rqLen--
+		c.stream.rqHead = (c.stream.rqHead + 1) % len(c.stream.rq)
+		c.stream.rqLen--
 	}
 }
 
@@ -251,21 +250,21 @@ func (c *engine) write(b []byte) (int, error) {
 // so what it takes stays its own until postChunksLocked. sendBufs is the
 // send ring as it is now: it may grow (a new slice) once c.mu is dropped.
 func (c *engine) reserveChunksLocked() (slots []int, sendBufs []buffer.Buf) {
-	if len(c.sendFree) == 0 && c.credits > 1 {
+	if len(c.stream.sendFree) == 0 && c.stream.credits > 1 {
 		c.growSendRingLocked() // send buffers, not credits, limit the stream
 	}
 	room := c.ep.sqDepth - ctlReserve/2 - c.sqUsedLocked()
-	k := min(len(c.sendFree), room, c.credits-1)
-	c.counts.creditCheck(c.credits < 2) // metrics: data leaves the last credit for control messages
+	k := min(len(c.stream.sendFree), room, c.stream.credits-1)
+	c.counts.creditCheck(c.stream.credits < 2) // metrics: data leaves the last credit for control messages
 	if k <= 0 {
 		return nil, nil
 	}
-	c.sendSeq += uint64(k)
-	c.credits -= k
-	c.sqReserved += k // queue positions are taken at the post, in posting order
-	slots = append(c.writeSlots[:0], c.sendFree[len(c.sendFree)-k:]...)
+	c.stream.sendSeq += uint64(k)
+	c.stream.credits -= k
+	c.sendq.reserved += k // queue positions are taken at the post, in posting order
+	slots = append(c.writeSlots[:0], c.stream.sendFree[len(c.stream.sendFree)-k:]...)
 	c.writeSlots = slots[:0] // grown once to what a Write needs, then reused
-	c.sendFree = c.sendFree[:len(c.sendFree)-k]
+	c.stream.sendFree = c.stream.sendFree[:len(c.stream.sendFree)-k]
 	return slots, c.ep.send
 }
 
@@ -309,20 +308,20 @@ func (c *engine) fillChunks(b []byte, slots []int, sendBufs []buffer.Buf) []verb
 // failed post fails the connection.
 func (c *engine) postChunksLocked(wrs []verbs.SendWR, slots []int) error {
 	unused := len(slots) - len(wrs)
-	c.sendSeq -= uint64(unused)
-	c.credits += unused
-	c.sqReserved -= len(slots)
-	c.sendFree = append(c.sendFree, slots[len(wrs):]...)
+	c.stream.sendSeq -= uint64(unused)
+	c.stream.credits += unused
+	c.sendq.reserved -= len(slots)
+	c.stream.sendFree = append(c.stream.sendFree, slots[len(wrs):]...)
 	for i := range wrs {
 		if wrs[i].Flags&verbs.SendInline != 0 {
 			// The payload was copied into the request at post time (below,
 			// under c.mu): the buffer is free once posted.
-			c.sendFree = append(c.sendFree, slots[i])
+			c.stream.sendFree = append(c.stream.sendFree, slots[i])
 			slots[i] = -1
 		}
 	}
 	// Every data message carries the credits pending so far.
-	wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.pending))
+	wrs[0].Imm = wire.EncodeImm(wire.KindData, uint32(c.stream.pending))
 	c.grantedLocked()
 	for i := 1; i < len(wrs); i++ {
 		wrs[i].Imm = wire.EncodeImm(wire.KindData, 0)
@@ -353,17 +352,17 @@ func (c *engine) sendFIN(timeout time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
-		if c.finSent {
+		if c.stream.finSent {
 			return nil
 		}
-		if c.werr != nil {
-			return c.werr
+		if c.stream.werr != nil {
+			return c.stream.werr
 		}
 		if c.qpDown {
 			return net.ErrClosed
 		}
 		if c.sendCtlLocked(wire.KindFIN) {
-			c.finSent = true
+			c.stream.finSent = true
 			c.broadcast()
 			return nil
 		}
@@ -376,9 +375,9 @@ func (c *engine) sendFIN(timeout time.Duration) error {
 // dataSentLocked retires a stream data send: its send buffer (idx, -1 for
 // an inline send, which gave it back at once) is free again.
 func (c *engine) dataSentLocked(idx int, wc *verbs.WC) {
-	c.sendDone++
+	c.stream.sendDone++
 	if idx >= 0 {
-		c.sendFree = append(c.sendFree, idx)
+		c.stream.sendFree = append(c.stream.sendFree, idx)
 	}
 	c.sendFailedLocked(wc)
 }

@@ -21,7 +21,7 @@ func growWindow(t *testing.T, c, s *Conn, want int) {
 	defer cancel()
 	for sent := 0; ; sent += 64 {
 		s.mu.Lock()
-		w := s.window
+		w := s.win.size
 		s.mu.Unlock()
 		if w >= want {
 			return
@@ -94,7 +94,7 @@ func settledHeld(s *Conn) int64 {
 	var last int64 = -1
 	for stable := 0; stable < 20; time.Sleep(rdmatest.Scale(10 * time.Millisecond)) {
 		s.mu.Lock()
-		h := s.rvHeld
+		h := s.rdv.held
 		s.mu.Unlock()
 		if h == last {
 			stable++
@@ -138,7 +138,7 @@ func TestUnreadConnectionBound(t *testing.T) {
 	want, done := sendSame(ctx, c, size, count)
 	held := settledHeld(s)
 	s.mu.Lock()
-	waiting := s.rvStalled
+	waiting := s.rdv.stalled
 	s.mu.Unlock()
 	t.Logf("%d messages of %d KiB announced from one buffer: the reader holds %d KiB (bound %d KiB), %d wait",
 		count, size>>10, held>>10, bound>>10, waiting)

@@ -54,7 +54,7 @@ func initialWindow(cfg *Config) int { return min(cfg.RecvBuffers, initialCredits
 // windowState is the rings' growth and the peer's credits, guarded by
 // Conn.mu.
 type windowState struct {
-	window      int       // credited receive buffers posted for the peer (its window)
+	size        int       // credited receive buffers posted for the peer (its window)
 	rvReserve   int       // receives posted for the peer's rendezvous done answers
 	peerCredits int       // credits the peer holds, by our count
 	peerStarved bool      // the peer was down to half the window since it last grew
@@ -83,17 +83,17 @@ func (c *engine) windowTaken() {
 // grantedLocked records that the pending credits went out in a message
 // just posted.
 func (c *engine) grantedLocked() {
-	c.peerCredits += c.pending
-	c.pending = 0
+	c.win.peerCredits += c.stream.pending
+	c.stream.pending = 0
 }
 
 // creditsInLocked adds n credits the peer returned; credits beyond the
 // largest window a peer may have fail the connection (false).
 func (c *engine) creditsInLocked(n uint32) bool {
-	c.credits += int(n)
-	if c.credits > maxWindow {
+	c.stream.credits += int(n)
+	if c.stream.credits > maxWindow {
 		c.failLocked(fmt.Errorf("%w: peer granted credits for %d receives; no receive window exceeds %d",
-			ErrProtocol, c.credits, maxWindow))
+			ErrProtocol, c.stream.credits, maxWindow))
 		return false
 	}
 	return true
@@ -102,13 +102,13 @@ func (c *engine) creditsInLocked(n uint32) bool {
 // peerSpentLocked counts a credit-using message from the peer; one beyond
 // its credits fails the connection (false).
 func (c *engine) peerSpentLocked() bool {
-	c.peerCredits--
-	if c.peerCredits < 0 {
+	c.win.peerCredits--
+	if c.win.peerCredits < 0 {
 		c.failLocked(fmt.Errorf("%w: peer sent a message beyond the credits it was granted", ErrProtocol))
 		return false
 	}
-	if c.peerCredits <= c.window/2 && !c.peerStarved {
-		c.peerStarved = true
+	if c.win.peerCredits <= c.win.size/2 && !c.win.peerStarved {
+		c.win.peerStarved = true
 		c.starvedHint.Store(true)
 	}
 	return true
@@ -119,31 +119,31 @@ func (c *engine) peerSpentLocked() bool {
 // after reposting.
 func (c *engine) maybeGrowWindowLocked() {
 	limit := min(c.cfg.RecvBuffers, maxWindow)
-	if !c.peerStarved || c.window >= limit || c.qpDown {
+	if !c.win.peerStarved || c.win.size >= limit || c.qpDown {
 		return
 	}
 	// What arrived and the application has not taken yet (received
 	// messages it holds are taken: it keeps up, it just keeps them).
-	if unread := c.rqLen + c.mq.Queued() + c.nq.Queued() + c.inLen; unread > max(1, c.window/4) {
+	if unread := c.stream.rqLen + c.msgs.mq.Queued() + c.msgs.nq.Queued() + c.rdv.inLen; unread > max(1, c.win.size/4) {
 		return // the application is behind: a larger window would only pin more
 	}
-	n := c.addRecvsLocked(min(c.window, limit-c.window))
+	n := c.addRecvsLocked(min(c.win.size, limit-c.win.size))
 	if n == 0 {
 		return // still starved: tried again once the pool has grown
 	}
-	c.peerStarved = false
+	c.win.peerStarved = false
 	c.starvedHint.Store(false)
-	c.window += n
-	c.pending += n // granted with the next message, as reposted receives are
+	c.win.size += n
+	c.stream.pending += n // granted with the next message, as reposted receives are
 }
 
 // growReserveLocked posts one more receive for the peer's rendezvous done
 // answers, so one more large message may be outstanding. Called with c.mu
 // held by a Send that found the reserve in use.
 func (c *engine) growReserveLocked() bool {
-	if c.rvReserve >= maxRendezvous || c.qpDown || c.addRecvsLocked(1) == 0 {
+	if c.win.rvReserve >= maxRendezvous || c.qpDown || c.addRecvsLocked(1) == 0 {
 		return false
 	}
-	c.rvReserve++
+	c.win.rvReserve++
 	return true
 }

@@ -52,7 +52,7 @@ func TestWindowGrowsWithTraffic(t *testing.T) {
 		t.Fatal("bytes differ")
 	}
 	server.mu.Lock()
-	window := server.window
+	window := server.win.size
 	server.mu.Unlock()
 	client.mu.Lock()
 	ring := len(client.ep.send)
@@ -82,7 +82,7 @@ func TestWindowSlowReaderDoesNotGrow(t *testing.T) {
 	go client.Write(make([]byte, 4<<20))
 	time.Sleep(rdmatest.Scale(300 * time.Millisecond))
 	server.mu.Lock()
-	window := server.window
+	window := server.win.size
 	server.mu.Unlock()
 	if window != initialWindow(&server.cfg) {
 		t.Errorf("the receive window grew to %d while nobody read", window)
@@ -139,10 +139,10 @@ func TestWindowGrowsWithMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	server.mu.Lock()
-	window := server.window
+	window := server.win.size
 	server.mu.Unlock()
 	client.mu.Lock()
-	reserve := client.rvReserve
+	reserve := client.win.rvReserve
 	client.mu.Unlock()
 	t.Logf("after %d messages: receive window %d, rendezvous reserve %d", n, window, reserve)
 	if window <= initialWindow(&server.cfg) || reserve < 1 {
@@ -167,7 +167,7 @@ func TestCreditOvershoot(t *testing.T) {
 	// for control, it sends initial+1 data messages into initial+1 receives
 	// (the credited ones and the keepalive's).
 	client.mu.Lock()
-	client.credits += 2
+	client.stream.credits += 2
 	client.mu.Unlock()
 	if _, err := client.Write(make([]byte, (initialWindow(&server.cfg)+1)*client.peerBufSize)); err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func TestCreditOvershoot(t *testing.T) {
 	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
 	for {
 		server.mu.Lock()
-		failed := server.rerr != nil
+		failed := server.stream.rerr != nil
 		server.mu.Unlock()
 		if failed {
 			break
