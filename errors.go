@@ -3,6 +3,8 @@ package rdma
 import (
 	"errors"
 	"os"
+
+	"github.com/verbline/rdma/internal/errs"
 )
 
 // The sentinels callers test with errors.Is. Errors from a Conn arrive
@@ -21,6 +23,8 @@ import (
 // are compared by identity, and cockroachdb/errors' New would attach a
 // stack taken during package initialization, which its %+v would print
 // under every error wrapping them as if it were where they failed.
+// ErrHandshake and ErrProtocol are internal/errs' values, so that what the
+// internal packages wrap (the TCP fallback's framing) matches them too.
 
 // Errors callers can test with errors.Is.
 var (
@@ -32,14 +36,14 @@ var (
 	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
 		"(use an IP of a netdev that `rdma link show` lists)")
 	// ErrHandshake: the peer does not speak this library's protocol, or refused ours.
-	ErrHandshake = errors.New("rdma handshake failed")
+	ErrHandshake = errs.ErrHandshake
 	// ErrMemlock: registering buffers failed because the locked-memory limit is too low.
 	ErrMemlock = errors.New("cannot register RDMA buffers: the locked-memory limit is too low " +
 		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
 )
 
 // ErrProtocol: the peer broke the wire protocol; the connection is closed.
-var ErrProtocol = errors.New("rdma protocol violation by peer")
+var ErrProtocol = errs.ErrProtocol
 
 // ErrMessageTooLarge: a message is larger than the peer accepts (its Config.MaxMessageSize).
 var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +

@@ -10,23 +10,25 @@ package rdma
 // TCP. A connection that fell back is a *Conn like any other: its
 // addresses' Network() is "tcp" instead of "rdma", and so is its
 // Transport(); the stream works as on TCP, the message view over frames
-// (tcpframe.go: with copies, so code written for it runs unchanged), and
-// the one-sided calls fail with ErrNotRDMA. Both ends must be this
-// library: the TCP side starts with a hello, so a fallback dialer does not
-// talk to a plain TCP server, nor a plain TCP client to a fallback
-// listener.
+// (internal/tcpframe: with copies, so code written for it runs
+// unchanged), and the one-sided calls fail with ErrNotRDMA. Both ends must
+// be this library: the TCP side starts with a hello, so a fallback dialer
+// does not talk to a plain TCP server, nor a plain TCP client to a
+// fallback listener.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"net/netip"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // ErrNotRDMA: the call needs RDMA (one-sided access: Export, WriteRemote,
@@ -340,7 +342,7 @@ func (f *fallbackListener) tcpLoop() {
 		}
 		f.mu.Unlock()
 		if full {
-			writeTCPReject(nc, fmt.Sprintf("accept backlog of %d is full", cap(f.acceptq)))
+			tcpframe.WriteReject(nc, fmt.Sprintf("accept backlog of %d is full", cap(f.acceptq)))
 			nc.Close()
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // tcpConnBound is the most a TCP-backed connection with cfg (defaults
@@ -53,10 +54,10 @@ func TestFallbackBoundUnread(t *testing.T) {
 		chunk       = 32 << 10  // the listener's BufferSize (default): its largest stream frame
 		perPeer     = 320 << 20 // more than RecvBuffers (64) largest messages
 	)
-	msgFrame := append(frameHeader(frameMessage, maxMsg), pattern(maxMsg, 1)...)
+	msgFrame := append(frameHeader(tcpframe.TypeMessage, maxMsg), pattern(maxMsg, 1)...)
 	var streamFrames []byte
 	for len(streamFrames) < maxMsg {
-		streamFrames = append(streamFrames, frameHeader(frameStream, chunk)...)
+		streamFrames = append(streamFrames, frameHeader(tcpframe.TypeStream, chunk)...)
 		streamFrames = append(streamFrames, pattern(chunk, 2)...)
 	}
 	stall := rdmatest.Scale(time.Second)
@@ -133,7 +134,7 @@ func TestFallbackBoundUnread(t *testing.T) {
 				_, err := a.Recv(ctx)
 				t.Fatalf("a hostile peer's connection ended: %v", err)
 			}
-			if !bytes.Equal(m.Bytes(), msgFrame[frameHeaderLen:]) {
+			if !bytes.Equal(m.Bytes(), msgFrame[tcpframe.HeaderLen:]) {
 				t.Errorf("a hostile peer's first message: %d bytes, not what it sent", m.Len())
 			}
 			m.Release()
@@ -185,17 +186,17 @@ func TestFallbackBoundNoLoss(t *testing.T) {
 
 	// Messages of many sizes (the empty one, one past a size class, the
 	// largest) between stream frames, 40 MiB in all.
-	sizes := []int{0, 1, 1000, frameCommitFirst + 1, 1<<20 + 1, 4 << 20, 32 << 10}
+	sizes := []int{0, 1, 1000, tcpframe.CommitFirst + 1, 1<<20 + 1, 4 << 20, 32 << 10}
 	var wantMsgs [][]byte
 	var wantStream []byte
 	var wire []byte
 	for i := 0; len(wire) < 40<<20; i++ {
 		m := pattern(sizes[i%len(sizes)], i)
 		wantMsgs = append(wantMsgs, m)
-		wire = append(append(wire, frameHeader(frameMessage, len(m))...), m...)
+		wire = append(append(wire, frameHeader(tcpframe.TypeMessage, len(m))...), m...)
 		s := pattern(1+(i*7919)%(32<<10), i+1)
 		wantStream = append(wantStream, s...)
-		wire = append(append(wire, frameHeader(frameStream, len(s))...), s...)
+		wire = append(append(wire, frameHeader(tcpframe.TypeStream, len(s))...), s...)
 	}
 	var written atomic.Int64
 	werr := make(chan error, 1)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // A side with input it never read writes 6 MiB and closes: Close returns
@@ -95,12 +96,12 @@ func rawFallbackPeer(t *testing.T, rcvbuf int) (addr string, peer <-chan net.Con
 			close(ch)
 			return
 		}
-		if _, err := readTCPHello(c); err != nil {
+		if _, err := tcpframe.ReadHello(c); err != nil {
 			c.Close()
 			close(ch)
 			return
 		}
-		c.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, MaxMessage: 1 << 20, MaxChunk: 1 << 10}).appendTo(nil))
+		c.Write((&tcpframe.Hello{Major: tcpframe.Major, Minor: tcpframe.Minor, MaxMessage: 1 << 20, MaxChunk: 1 << 10}).AppendTo(nil))
 		ch <- c
 	}()
 	return l.Addr().String(), ch

@@ -17,6 +17,7 @@ import (
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // rawFallbackDial connects to a fallback listener as a raw TCP client and
@@ -27,12 +28,12 @@ func rawFallbackDial(addr string) (net.Conn, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	h := tcpHello{Major: tcpMajor, Minor: tcpMinor, MaxMessage: 4 << 20, MaxChunk: 32 << 10}
-	if _, err := nc.Write(h.appendTo(nil)); err != nil {
+	h := tcpframe.Hello{Major: tcpframe.Major, Minor: tcpframe.Minor, MaxMessage: 4 << 20, MaxChunk: 32 << 10}
+	if _, err := nc.Write(h.AppendTo(nil)); err != nil {
 		nc.Close()
 		return nil, err
 	}
-	peer, err := readTCPHello(nc)
+	peer, err := tcpframe.ReadHello(nc)
 	if err == nil && peer.Reject {
 		err = errors.New("refused: " + peer.Reason)
 	}
@@ -46,8 +47,8 @@ func rawFallbackDial(addr string) (net.Conn, error) {
 
 // frameHeader is a frame header announcing n bytes of type typ.
 func frameHeader(typ byte, n int) []byte {
-	var h [frameHeaderLen]byte
-	putFrameHeader(&h, typ, n)
+	var h [tcpframe.HeaderLen]byte
+	tcpframe.PutHeader(&h, typ, n)
 	return h[:]
 }
 
@@ -83,7 +84,7 @@ func TestFallbackHeaderFlood(t *testing.T) {
 			t.Fatalf("raw client %d: %v", i, err)
 		}
 		raws = append(raws, r)
-		if _, err := r.Write(frameHeader(frameMessage, maxMsg)); err != nil {
+		if _, err := r.Write(frameHeader(tcpframe.TypeMessage, maxMsg)); err != nil {
 			t.Fatalf("raw client %d: %v", i, err)
 		}
 	}
@@ -119,7 +120,7 @@ func TestFallbackHeaderFlood(t *testing.T) {
 // A peer that starts a frame and then stops sending ends its connection
 // within the listener's HandshakeTimeout: inside a header, or inside a
 // payload after some of it. While open, the frame holds at most four times
-// the payload received (or frameCommitFirst); what it held goes back to
+// the payload received (or tcpframe.CommitFirst); what it held goes back to
 // the pool.
 func TestFallbackFrameStall(t *testing.T) {
 	g0 := rdmatest.Goroutines()
@@ -130,10 +131,10 @@ func TestFallbackFrameStall(t *testing.T) {
 		name string
 		send []byte
 	}{
-		{"inside a header", frameHeader(frameMessage, 1<<20)[:3]},
-		{"after a header", frameHeader(frameMessage, 1<<20)},
-		{"inside a payload", append(frameHeader(frameMessage, 1<<20), make([]byte, 100<<10)...)},
-		{"inside a stream frame", append(frameHeader(frameStream, 1000), make([]byte, 10)...)},
+		{"inside a header", frameHeader(tcpframe.TypeMessage, 1<<20)[:3]},
+		{"after a header", frameHeader(tcpframe.TypeMessage, 1<<20)},
+		{"inside a payload", append(frameHeader(tcpframe.TypeMessage, 1<<20), make([]byte, 100<<10)...)},
+		{"inside a stream frame", append(frameHeader(tcpframe.TypeStream, 1000), make([]byte, 10)...)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,14 +166,14 @@ func TestFallbackFrameStall(t *testing.T) {
 			// While the frame is open, it holds at most four times what
 			// arrived of it, or the first commitment for its header.
 			time.Sleep(stall / 3)
-			sent := max(len(tc.send)-frameHeaderLen, 0)
-			if held := pool.Stats().InUseBytes - base; held > int64(max(4*sent, frameCommitFirst)) {
+			sent := max(len(tc.send)-tcpframe.HeaderLen, 0)
+			if held := pool.Stats().InUseBytes - base; held > int64(max(4*sent, tcpframe.CommitFirst)) {
 				t.Errorf("a frame open after %d bytes of payload holds %d bytes of the pool", sent, held)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*stall+5*time.Second)
 			defer cancel()
 			var rerr error
-			if tc.send[0] == frameStream {
+			if tc.send[0] == tcpframe.TypeStream {
 				srv.SetReadDeadline(time.Now().Add(10*stall + 5*time.Second))
 				_, rerr = srv.Read(make([]byte, 10))
 			} else {
@@ -200,14 +201,14 @@ func TestFallbackFrameStall(t *testing.T) {
 }
 
 // Messages whose buffer grows while their payload arrives (past
-// frameCommitFirst, up to the largest message) arrive whole and intact.
+// tcpframe.CommitFirst, up to the largest message) arrive whole and intact.
 func TestFallbackLargeMessagesGrow(t *testing.T) {
 	g0 := rdmatest.Goroutines()
 	c, s, ln := fallbackPair(t, Config{}, Config{})
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
 	defer cancel()
-	sizes := []int{frameCommitFirst - 1, frameCommitFirst, frameCommitFirst + 1, 1<<20 + 3, 4 << 20}
+	sizes := []int{tcpframe.CommitFirst - 1, tcpframe.CommitFirst, tcpframe.CommitFirst + 1, 1<<20 + 3, 4 << 20}
 	go func() {
 		for i, n := range sizes {
 			b, err := c.Alloc(n)

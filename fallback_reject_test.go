@@ -6,9 +6,7 @@ package rdma
 // reaches a log or a terminal.
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"net/netip"
@@ -19,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // hostileReason carries control characters, a terminal escape sequence, a
@@ -42,21 +41,6 @@ func checkClean(t *testing.T, what, s string) {
 	}
 }
 
-func TestTCPHelloRejectSanitized(t *testing.T) {
-	b := binary.BigEndian.AppendUint32(nil, tcpMagic)
-	b = append(b, tcpMajor, tcpMinor, tcpKindReject, 0)
-	b = append(b, make([]byte, 8)...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(hostileReason)))
-	b = append(b, hostileReason...)
-	h, err := readTCPHello(bytes.NewReader(b))
-	if err != nil || !h.Reject {
-		t.Fatalf("reject: %+v, %v", h, err)
-	}
-	if h.Reason != hostileReasonClean {
-		t.Errorf("reason %q, want %q", h.Reason, hostileReasonClean)
-	}
-}
-
 // A raw listener refuses with a hostile reason: the dial's error carries
 // the reason cleaned.
 func TestFallbackRejectReasonSanitized(t *testing.T) {
@@ -72,10 +56,10 @@ func TestFallbackRejectReasonSanitized(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		if _, err := readTCPHello(c); err != nil {
+		if _, err := tcpframe.ReadHello(c); err != nil {
 			return
 		}
-		c.Write((&tcpHello{Major: tcpMajor, Minor: tcpMinor, Reject: true, Reason: hostileReason}).appendTo(nil))
+		c.Write((&tcpframe.Hello{Major: tcpframe.Major, Minor: tcpframe.Minor, Reject: true, Reason: hostileReason}).AppendTo(nil))
 	}()
 	d := Dialer{Fallback: &Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
 	_, err = d.DialContext(context.Background(), "rdma", l.Addr().String())
@@ -105,16 +89,4 @@ func TestFallbackAdmitReasonSanitized(t *testing.T) {
 	checkClean(t, "the dial's error", err.Error())
 	ln.Close()
 	checkFallbackClean(t, g0)
-}
-
-// A reason longer than maxRejectReason is cut on a character's start, so
-// the dialer sees no '?' for half a character.
-func TestTCPHelloRejectCutOnRune(t *testing.T) {
-	long := strings.Repeat("é", maxRejectReason) // 2 bytes each; maxRejectReason is even, so start at 1
-	h := tcpHello{Major: tcpMajor, Reject: true, Reason: "x" + long}
-	got, err := readTCPHello(bytes.NewReader(h.appendTo(nil)))
-	if err != nil || len(got.Reason) > maxRejectReason || len(got.Reason) < maxRejectReason-1 ||
-		strings.Contains(got.Reason, "?") || !utf8.ValidString(got.Reason) {
-		t.Fatalf("cut reason: %d bytes %q..., %v", len(got.Reason), got.Reason[max(0, len(got.Reason)-8):], err)
-	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // fallbackListen listens with Fallback on 127.0.0.1:0.
@@ -314,8 +315,8 @@ func TestFallbackProtocolViolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	raw.Write((&tcpHello{Major: tcpMajor, MaxMessage: 1 << 20, MaxChunk: 1 << 10}).appendTo(nil))
-	peer, err := readTCPHello(raw)
+	raw.Write((&tcpframe.Hello{Major: tcpframe.Major, MaxMessage: 1 << 20, MaxChunk: 1 << 10}).AppendTo(nil))
+	peer, err := tcpframe.ReadHello(raw)
 	if err != nil || peer.MaxMessage != 4096 {
 		t.Fatalf("listener's hello %+v, %v", peer, err)
 	}
@@ -324,8 +325,8 @@ func TestFallbackProtocolViolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var hdr [frameHeaderLen]byte
-	putFrameHeader(&hdr, frameMessage, 1<<30)
+	var hdr [tcpframe.HeaderLen]byte
+	tcpframe.PutHeader(&hdr, tcpframe.TypeMessage, 1<<30)
 	raw.Write(hdr[:])
 	_, err = s.Recv(context.Background())
 	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "1073741824") {
@@ -577,7 +578,7 @@ func TestFallbackPlainTCPPeer(t *testing.T) {
 	}()
 	d := Dialer{Fallback: &Fallback{RDMATimeout: rdmatest.Scale(2 * time.Second)}}
 	_, err = d.DialContext(context.Background(), "rdma", l.Addr().String())
-	if !errors.Is(err, ErrHandshake) || !errors.Is(err, errNotFallbackPeer) {
+	if !errors.Is(err, ErrHandshake) || !errors.Is(err, tcpframe.ErrNotFallbackPeer) {
 		t.Fatalf("dial to a plain TCP service: %v, want ErrHandshake: not a fallback peer", err)
 	}
 	l.Close()

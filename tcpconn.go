@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/verbline/rdma/internal/deadline"
 	"io"
 	"net"
 	"os"
@@ -14,14 +13,16 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/tcpframe"
 )
 
 // tcpConn is the inside of a TCP-backed *Conn (fallback.go): the stream
-// and the message view framed over one TCP connection (tcpframe.go), with
-// the semantics of the RDMA ones. One goroutine reads frames and hands
-// stream chunks and messages to Read and Recv; one goroutine writes the
-// frames Write, Send and CloseWrite queue, in order, so that a deadline or
-// a Close never cuts a frame in half.
+// and the message view framed over one TCP connection (internal/tcpframe),
+// with the semantics of the RDMA ones. One goroutine reads frames and
+// hands stream chunks and messages to Read and Recv; one goroutine writes
+// the frames Write, Send and CloseWrite queue, in order, so that a
+// deadline or a Close never cuts a frame in half.
 //
 // What a peer can make this side hold is bounded per connection: the
 // received frames not yet handed to the application (stream chunks until
@@ -39,9 +40,9 @@ type tcpConn struct {
 	src          frameSource // what readLoop reads: nc
 	cfg          Config
 	laddr, raddr net.Addr
-	lim          frameLimits // what this side accepts
-	peerMaxMsg   int         // the largest message the peer accepts
-	peerChunk    int         // the largest stream frame the peer accepts
+	lim          tcpframe.Limits // what this side accepts
+	peerMaxMsg   int             // the largest message the peer accepts
+	peerChunk    int             // the largest stream frame the peer accepts
 	pool         *buffer.Pool
 	recvBudget   int64 // tcpRecvBudget(cfg)
 	// fallbackReason is why a fallback dial took TCP (the RDMA attempt's
@@ -91,16 +92,26 @@ type tcpConn struct {
 
 // outFrame is one frame for the writer, or a CloseWrite / Close mark.
 type outFrame struct {
-	typ   byte       // frameStream, frameMessage, or frameFIN / frameStop (local only)
+	typ   byte       // tcpframe.TypeStream, tcpframe.TypeMessage, or frameFIN / frameStop (local only)
 	buf   buffer.Buf // the payload (a stream chunk's copy, or the message itself)
 	async bool       // a PostSend: its end goes to opDone with id
 	id    uint64
 }
 
+// The marks share outFrame.typ with the wire's frame types, above them:
+// the writer sends no header for them, and a peer's frame of these types
+// is refused as unknown (TestFrameMarksRefused).
 const (
 	frameFIN  = 0xfe // CloseWrite: shut down TCP's writing side after the frames before it
 	frameStop = 0xff // Close: the writer ends after the frames before it
 )
+
+// frameSource is the connection readLoop reads frames from, which it
+// closes when the peer breaks the protocol (a *net.TCPConn).
+type frameSource interface {
+	tcpframe.Conn
+	io.Closer
+}
 
 // tcpPool holds the TCP-backed connections' buffers: Alloc, received
 // messages and stream chunks. It is not registered with any device. There
@@ -142,17 +153,13 @@ func tcpRecvBudget(cfg *Config) int64 {
 }
 
 // tcpLimits are the limits a side with cfg (defaults applied) accepts.
-func tcpLimits(cfg *Config, pool *buffer.Pool) frameLimits {
+func tcpLimits(cfg *Config, pool *buffer.Pool) tcpframe.Limits {
 	maxMsg := pool.MaxSize()
 	if cfg.MaxMessageSize > 0 {
 		maxMsg = min(maxMsg, cfg.MaxMessageSize)
 	}
 	maxMsg = min(max(maxMsg, cfg.BufferSize), pool.MaxSize())
-	return frameLimits{maxMessage: maxMsg, maxChunk: min(cfg.BufferSize, pool.MaxSize())}
-}
-
-func (lim frameLimits) hello() tcpHello {
-	return tcpHello{Major: tcpMajor, Minor: tcpMinor, MaxMessage: uint32(lim.maxMessage), MaxChunk: uint32(lim.maxChunk)}
+	return tcpframe.Limits{MaxMessage: maxMsg, MaxChunk: min(cfg.BufferSize, pool.MaxSize())}
 }
 
 // tcpHandshakeDial runs the dialer's half of the hello exchange on nc,
@@ -168,11 +175,11 @@ func tcpHandshakeDial(ctx context.Context, nc *net.TCPConn, cfg *Config) (*tcpCo
 	if d, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(d)
 	}
-	h := lim.hello()
-	if _, err := nc.Write(h.appendTo(nil)); err != nil {
+	h := lim.Hello()
+	if _, err := nc.Write(h.AppendTo(nil)); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	peer, err := readTCPHello(nc)
+	peer, err := tcpframe.ReadHello(nc)
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
@@ -195,11 +202,11 @@ func tcpHandshakeAccept(nc *net.TCPConn, cfg *Config, admit func(*net.TCPConn) e
 	}
 	lim := tcpLimits(cfg, pool)
 	nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout))
-	peer, err := readTCPHello(nc)
+	peer, err := tcpframe.ReadHello(nc)
 	if err != nil {
-		if errors.Is(err, ErrHandshake) && !errors.Is(err, errNotFallbackPeer) {
+		if errors.Is(err, ErrHandshake) && !errors.Is(err, tcpframe.ErrNotFallbackPeer) {
 			// A fallback dialer of another version: tell it why.
-			writeTCPReject(nc, err.Error())
+			tcpframe.WriteReject(nc, err.Error())
 		}
 		return nil, err
 	}
@@ -208,12 +215,12 @@ func tcpHandshakeAccept(nc *net.TCPConn, cfg *Config, admit func(*net.TCPConn) e
 	}
 	if admit != nil {
 		if aerr := admit(nc); aerr != nil {
-			writeTCPReject(nc, aerr.Error())
+			tcpframe.WriteReject(nc, aerr.Error())
 			return nil, aerr
 		}
 	}
-	h := lim.hello()
-	if _, err := nc.Write(h.appendTo(nil)); err != nil {
+	h := lim.Hello()
+	if _, err := nc.Write(h.AppendTo(nil)); err != nil {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
@@ -232,7 +239,7 @@ func ctxErr(ctx context.Context, err error) error {
 	return ctx.Err()
 }
 
-func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim frameLimits, peer tcpHello) *tcpConn {
+func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim tcpframe.Limits, peer tcpframe.Hello) *tcpConn {
 	if cfg.KeepAlive > 0 {
 		nc.SetKeepAlive(true)
 		nc.SetKeepAlivePeriod(cfg.KeepAlive)
@@ -250,7 +257,7 @@ func newTCPConn(nc *net.TCPConn, cfg *Config, pool *buffer.Pool, lim frameLimits
 
 // makeTCPConn makes a tcpConn whose reader reads frames from src (the TCP
 // connection; a test's pipe), without starting its goroutines.
-func makeTCPConn(src frameSource, cfg *Config, pool *buffer.Pool, lim frameLimits, peer tcpHello) *tcpConn {
+func makeTCPConn(src frameSource, cfg *Config, pool *buffer.Pool, lim tcpframe.Limits, peer tcpframe.Hello) *tcpConn {
 	t := &tcpConn{
 		src: src, cfg: *cfg, lim: lim,
 		peerMaxMsg: min(int(peer.MaxMessage), pool.MaxSize()),
@@ -299,8 +306,8 @@ func sockErr(err error) error {
 // input, which makes the kernel reset the connection when it is closed.
 func (t *tcpConn) readLoop() {
 	defer close(t.drained)
-	fr := frameReader{c: t.src, lim: t.lim, stall: t.cfg.HandshakeTimeout,
-		get: func(n int) (buffer.Buf, error) { return t.pool.GetWait(t.ctx, n) }}
+	fr := tcpframe.Reader{Conn: t.src, Lim: t.lim, Stall: t.cfg.HandshakeTimeout,
+		Get: func(n int) (buffer.Buf, error) { return t.pool.GetWait(t.ctx, n) }}
 	var err error
 	closing := false
 	for err == nil {
@@ -309,13 +316,13 @@ func (t *tcpConn) readLoop() {
 		}
 		var typ byte
 		var b buffer.Buf
-		typ, b, err = fr.next()
+		typ, b, err = fr.Next()
 		if err != nil {
 			closing = deadline.IsClosed(t.closing)
 			break
 		}
 		q := t.streamQ
-		if typ == frameMessage {
+		if typ == tcpframe.TypeMessage {
 			q = t.msgsIn
 		}
 		n := int64(b.Cap())
@@ -390,7 +397,7 @@ func (t *tcpConn) deliverLoop() {
 func (t *tcpConn) writeLoop() {
 	defer close(t.writerDone)
 	batch := make([]outFrame, 0, 64)
-	hdrs := make([][frameHeaderLen]byte, 64)
+	hdrs := make([][tcpframe.HeaderLen]byte, 64)
 	var iov net.Buffers
 	for {
 		batch = append(batch[:0], <-t.out)
@@ -408,7 +415,7 @@ func (t *tcpConn) writeLoop() {
 			if f.typ >= frameFIN {
 				continue
 			}
-			putFrameHeader(&hdrs[i], f.typ, f.buf.Len())
+			tcpframe.PutHeader(&hdrs[i], f.typ, f.buf.Len())
 			iov = append(iov, hdrs[i][:])
 			if f.buf.Len() > 0 {
 				iov = append(iov, f.buf.Bytes())
@@ -617,7 +624,7 @@ func (t *tcpConn) write(b []byte) (int, error) {
 			return written, t.opError("write", err)
 		}
 		copy(c.Bytes(), b[:k])
-		if err := t.queue(context.Background(), outFrame{typ: frameStream, buf: c}); err != nil {
+		if err := t.queue(context.Background(), outFrame{typ: tcpframe.TypeStream, buf: c}); err != nil {
 			c.Release()
 			return written, t.opError("write", err)
 		}
@@ -799,7 +806,7 @@ func (t *tcpConn) send(ctx context.Context, b buffer.Buf, async bool, id uint64)
 			return t.opError("send", ErrCompletionsFull)
 		}
 	}
-	if err := t.queue(ctx, outFrame{typ: frameMessage, buf: b, async: async, id: id}); err != nil {
+	if err := t.queue(ctx, outFrame{typ: tcpframe.TypeMessage, buf: b, async: async, id: id}); err != nil {
 		if async {
 			t.asyncOut.Add(-1)
 		}
