@@ -5,7 +5,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,11 +47,11 @@ const clockTick = 10e3 // µs
 // cpuTimes reads /proc/stat's per-CPU lines, indexed by CPU number; nil when
 // it cannot be read.
 func cpuTimes() []cpuTime {
-	b, err := os.ReadFile("/proc/stat")
+	b, err := kernelStats.read("/proc/stat")
 	if err != nil {
 		return nil
 	}
-	return parseCPUTimes(string(b))
+	return parseCPUTimes(b)
 }
 
 func parseCPUTimes(stat string) []cpuTime {
@@ -145,11 +144,11 @@ func measure(m Metric, messages int, rdma bool, f func() (*Sample, error)) (*Sam
 
 // loopbackPackets is the loopback interface's tx_packets (TCP runs).
 func loopbackPackets() (uint64, bool) {
-	b, err := os.ReadFile("/sys/class/net/lo/statistics/tx_packets")
+	b, err := kernelStats.read("/sys/class/net/lo/statistics/tx_packets")
 	if err != nil {
 		return 0, false
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	v, err := strconv.ParseUint(strings.TrimSpace(b), 10, 64)
 	return v, err == nil
 }
 

@@ -5,10 +5,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 )
 
@@ -26,19 +26,35 @@ import (
 // devicePackets sums the sent_pkts counters of every RDMA port of the host;
 // ok is false when no device keeps one.
 func devicePackets() (n uint64, ok bool) {
-	files, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/hw_counters/sent_pkts")
-	for _, f := range files {
-		b, err := os.ReadFile(f)
+	for _, f := range deviceCounterFiles() {
+		b, err := kernelStats.read(f)
 		if err != nil {
 			continue
 		}
-		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		v, err := strconv.ParseUint(strings.TrimSpace(b), 10, 64)
 		if err != nil {
 			continue
 		}
 		n, ok = n+v, true
 	}
 	return n, ok
+}
+
+// deviceCounters caches the glob of the ports' sent_pkts files: the
+// devices do not change while the harness runs, and a glob of sysfs per
+// sample would cost more than the reading.
+var deviceCounters struct {
+	sync.Mutex
+	files []string
+}
+
+func deviceCounterFiles() []string {
+	deviceCounters.Lock()
+	defer deviceCounters.Unlock()
+	if len(deviceCounters.files) == 0 {
+		deviceCounters.files, _ = filepath.Glob("/sys/class/infiniband/*/ports/*/hw_counters/sent_pkts")
+	}
+	return deviceCounters.files
 }
 
 // countPackets runs f and sets its sample's Packets: the device packets per
