@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -133,7 +134,7 @@ func (l *acceptor) loop() {
 			return
 		}
 		if ev.Type == rdmacm.EventDeviceRemoval {
-			l.fail(&deviceFailed{msg: fmt.Sprintf("the RDMA device under %v was removed (rdma link delete, driver unload or a fatal device error): listen again once it is back", l.addr)})
+			l.fail(&errs.DeviceFailed{Msg: fmt.Sprintf("the RDMA device under %v was removed (rdma link delete, driver unload or a fatal device error): listen again once it is back", l.addr)})
 			continue
 		}
 		if ev.Type != rdmacm.EventConnectRequest {

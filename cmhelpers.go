@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -29,7 +30,7 @@ const (
 func newChannel() (*rdmacm.Channel, error) {
 	ch, err := rdmacm.NewChannel()
 	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, addHint(fmt.Errorf("%w (%w)", ErrNoDevice, err))
+		return nil, hints.Add(fmt.Errorf("%w (%w)", ErrNoDevice, err))
 	}
 	return ch, err
 }
@@ -86,7 +87,7 @@ func checkEvent(ev rdmacm.Event, want rdmacm.EventType, what string) error {
 func newUDChannel() (*rdmacm.UDChannel, error) {
 	ch, err := rdmacm.NewUDChannel()
 	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, addHint(fmt.Errorf("%w (%w)", ErrNoDevice, err))
+		return nil, hints.Add(fmt.Errorf("%w (%w)", ErrNoDevice, err))
 	}
 	return ch, err
 }
@@ -103,7 +104,7 @@ func resolveError(typ rdmacm.EventType, status int, dst string) (err error, ok b
 	switch typ {
 	case rdmacm.EventAddrError:
 		if errno == syscall.ENODEV || errno == syscall.EADDRNOTAVAIL {
-			return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, errno)), true
+			return hints.Add(fmt.Errorf("%w: %w", ErrNotRDMAAddress, errno)), true
 		}
 		return fmt.Errorf("resolving address%s: %w", dst, errno), true
 	case rdmacm.EventRouteError:
@@ -149,7 +150,7 @@ func msUntil(ctx context.Context) int {
 // (ENODEV, EADDRNOTAVAIL) ErrNotRDMAAddress, with its hint.
 func classifyResolve(err error) error {
 	if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EADDRNOTAVAIL) {
-		return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err))
+		return hints.Add(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err))
 	}
 	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -262,7 +263,7 @@ type registrar struct {
 func (r *registrar) Register(mem []byte) (buffer.Registration, error) {
 	mr, err := r.pd.RegMR(mem, r.access)
 	if err != nil {
-		return nil, registrationError(err, len(mem), "") // a refused pinning with a hint: the limit, what is pinned, how to raise it
+		return nil, hints.RegistrationError(err, len(mem), "") // a refused pinning with a hint: the limit, what is pinned, how to raise it
 	}
 	r.mu.Lock()
 	r.mrs[mr.LKey] = mr

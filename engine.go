@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
@@ -385,7 +386,7 @@ func (c *engine) eventLoop(ctx context.Context) {
 		case rdmacm.EventDisconnected, rdmacm.EventDeviceRemoval:
 			c.mu.Lock()
 			if ev.Type == rdmacm.EventDeviceRemoval {
-				c.failLocked(&deviceFailed{msg: "the connection's RDMA device was removed (rdma link delete, driver unload " +
+				c.failLocked(&errs.DeviceFailed{Msg: "the connection's RDMA device was removed (rdma link delete, driver unload " +
 					"or a fatal device error): dial again once a device serves the address"})
 			}
 			if c.stream.werr == nil {

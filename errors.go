@@ -16,30 +16,28 @@ import (
 // memlock limit and what is pinned, the module or device file missing,
 // the netdevs and IPs that have RDMA), made when the error is:
 // github.com/cockroachdb/errors' FlattenHints(err) or GetAllHints(err)
-// read it through any wrapping (see hints.go). Error() says the fix in
-// one line either way.
+// read it through any wrapping (internal/hints makes it). Error() says
+// the fix in one line either way.
 //
 // The sentinels themselves are the standard library's errors.New: they
 // are compared by identity, and cockroachdb/errors' New would attach a
 // stack taken during package initialization, which its %+v would print
 // under every error wrapping them as if it were where they failed.
-// ErrHandshake and ErrProtocol are internal/errs' values, so that what the
-// internal packages wrap (the TCP fallback's framing) matches them too.
+// ErrNoDevice, ErrNotRDMAAddress, ErrHandshake, ErrMemlock and ErrProtocol
+// are internal/errs' values, so that what the internal packages wrap (the
+// rdma_cm set-up, the hints, the TCP fallback's framing) matches them too.
 
 // Errors callers can test with errors.Is.
 var (
 	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded),
 	// or the program was built without RDMA (without cgo, or not for Linux).
-	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
-		"(modprobe -a rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
+	ErrNoDevice = errs.ErrNoDevice
 	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.
-	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
-		"(use an IP of a netdev that `rdma link show` lists)")
+	ErrNotRDMAAddress = errs.ErrNotRDMAAddress
 	// ErrHandshake: the peer does not speak this library's protocol, or refused ours.
 	ErrHandshake = errs.ErrHandshake
 	// ErrMemlock: registering buffers failed because the locked-memory limit is too low.
-	ErrMemlock = errors.New("cannot register RDMA buffers: the locked-memory limit is too low " +
-		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
+	ErrMemlock = errs.ErrMemlock
 )
 
 // ErrProtocol: the peer broke the wire protocol; the connection is closed.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -84,7 +85,7 @@ func (d *device) startFaults() error {
 			d.handleAsync(ev)
 		}
 		if err := r.Err(); err != nil { // not teardown: reading failed
-			d.failAll(&deviceFailed{msg: "reading the RDMA device's async events failed, so its faults can no longer be seen", cause: err})
+			d.failAll(&errs.DeviceFailed{Msg: "reading the RDMA device's async events failed, so its faults can no longer be seen", Cause: err})
 		}
 	}()
 	return nil
@@ -152,27 +153,10 @@ func (d *device) handleAsync(ev verbs.AsyncEvent) {
 		delete(d.portErr, ev.Port)
 		d.fmu.Unlock()
 	case verbs.EventDeviceFatal:
-		d.failAll(&deviceFailed{msg: fmt.Sprintf("RDMA device %s reported a fatal error (%v): it needs a reset "+
+		d.failAll(&errs.DeviceFailed{Msg: fmt.Sprintf("RDMA device %s reported a fatal error (%v): it needs a reset "+
 			"(driver reload, or rdma link delete/add for Soft-RoCE) before this process can use it again", name, ev.Type)})
 	}
 }
-
-// deviceFailed is the error of a device that can no longer be used. It
-// matches ErrNoDevice (there is no usable device) but says what happened;
-// cause, if any, is the failure that showed it (errors.Unwrap reaches it).
-type deviceFailed struct {
-	msg   string
-	cause error
-}
-
-func (e *deviceFailed) Error() string {
-	if e.cause != nil {
-		return e.msg + ": " + e.cause.Error()
-	}
-	return e.msg
-}
-func (e *deviceFailed) Unwrap() error        { return e.cause }
-func (e *deviceFailed) Is(target error) bool { return target == ErrNoDevice }
 
 // failAll fails the device for good: its connections, the listeners bound
 // to it, and later dials on it.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/testhooks"
 	"math/rand/v2"
 	"net"
@@ -162,7 +163,7 @@ func (r *udRecvSlot) Recycle(b buffer.Buf) { r.p.recycleRecv(r.idx, b) }
 
 func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if ap.Addr().IsUnspecified() {
-		return nil, addHint(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
+		return nil, hints.Add(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
 			"(its queue pair lives on one device port)", ErrNotRDMAAddress, ap.Addr()))
 	}
 	ch, err := newUDChannel()
@@ -219,7 +220,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 func (p *udEndpoint) setupQP(cfg *Config) error {
 	ctx, err := p.id.Context()
 	if err != nil {
-		return addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
+		return hints.Add(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
 	}
 	port, err := ctx.QueryPort(p.id.PortNum())
 	if err != nil {

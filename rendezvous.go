@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -171,7 +172,7 @@ func (c *engine) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
 	mr := c.dev.lendMRs.get()
 	if err := c.dev.pd.RegMRInto(mr, b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
 		c.dev.lendMRs.put(mr)
-		return nil, registrationError(err, b.Len(), fmt.Sprintf("registering a %d-byte message to lend it", b.Len()))
+		return nil, hints.RegistrationError(err, b.Len(), fmt.Sprintf("registering a %d-byte message to lend it", b.Len()))
 	}
 	return mr, nil
 }

@@ -7,8 +7,35 @@ package errs
 import "errors"
 
 var (
+	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded),
+	// or the program was built without RDMA (without cgo, or not for Linux).
+	ErrNoDevice = errors.New("no RDMA device: install an RDMA NIC driver, or add Soft-RoCE " +
+		"(modprobe -a rdma_rxe rdma_ucm; rdma link add rxe0 type rxe netdev <netdev>)")
+	// ErrNotRDMAAddress: the address is not on an RDMA-capable network device.
+	ErrNotRDMAAddress = errors.New("address is not on an RDMA-capable network device " +
+		"(use an IP of a netdev that `rdma link show` lists)")
 	// ErrHandshake: the peer does not speak this library's protocol, or refused ours.
 	ErrHandshake = errors.New("rdma handshake failed")
+	// ErrMemlock: registering buffers failed because the locked-memory limit is too low.
+	ErrMemlock = errors.New("cannot register RDMA buffers: the locked-memory limit is too low " +
+		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
 	// ErrProtocol: the peer broke the wire protocol.
 	ErrProtocol = errors.New("rdma protocol violation by peer")
 )
+
+// DeviceFailed is the error of a device that can no longer be used. It
+// matches ErrNoDevice (there is no usable device) but says what happened;
+// Cause, if any, is the failure that showed it (errors.Unwrap reaches it).
+type DeviceFailed struct {
+	Msg   string
+	Cause error
+}
+
+func (e *DeviceFailed) Error() string {
+	if e.Cause != nil {
+		return e.Msg + ": " + e.Cause.Error()
+	}
+	return e.Msg
+}
+func (e *DeviceFailed) Unwrap() error        { return e.Cause }
+func (e *DeviceFailed) Is(target error) bool { return target == ErrNoDevice }

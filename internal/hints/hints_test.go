@@ -1,6 +1,6 @@
-//go:build linux && cgo
+//go:build linux
 
-package rdma
+package hints
 
 import (
 	"errors"
@@ -18,11 +18,11 @@ import (
 	cerrors "github.com/cockroachdb/errors"
 	"golang.org/x/sys/unix"
 
-	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/errs"
 )
 
 // Host tests of the hints attached to ErrMemlock, ErrNoDevice and
-// ErrNotRDMAAddress (hints.go), over fake sysfs, /dev and /proc trees.
+// ErrNotRDMAAddress, over fake sysfs, /dev and /proc trees.
 
 // fakeTree writes files (path -> contents; a path ending in / is a
 // directory) under a new root.
@@ -207,12 +207,10 @@ func TestErrorsHints(t *testing.T) {
 		errno    error
 		hint     string
 	}{
-		{"memlock", memlockError(fmt.Errorf("ibv_reg_mr: %w", syscall.ENOMEM), 4<<20), ErrMemlock, syscall.ENOMEM, "RLIMIT_MEMLOCK"},
-		{"memlock EPERM", memlockError(syscall.EPERM, 4<<20), ErrMemlock, syscall.EPERM, "LimitMEMLOCK=infinity"},
-		{"no device", addHint(fmt.Errorf("%w (%w)", ErrNoDevice, errors.New("rdma_cm unavailable"))), ErrNoDevice, nil, "verbline-doctor"},
-		{"not an RDMA address", addHint(fmt.Errorf("%w: %w", ErrNotRDMAAddress, syscall.ENODEV)), ErrNotRDMAAddress, syscall.ENODEV, "rdma link add"},
-		{"resolve", classifyResolve(fmt.Errorf("rdma_bind_addr: %w", syscall.EADDRNOTAVAIL)), ErrNotRDMAAddress, syscall.EADDRNOTAVAIL, "rdma link add"},
-		{"address event", eventError(rdmacm.Event{Type: rdmacm.EventAddrError, Status: -int(syscall.ENODEV)}, "resolving"), ErrNotRDMAAddress, syscall.ENODEV, "rdma link add"},
+		{"memlock", MemlockError(fmt.Errorf("ibv_reg_mr: %w", syscall.ENOMEM), 4<<20), errs.ErrMemlock, syscall.ENOMEM, "RLIMIT_MEMLOCK"},
+		{"memlock EPERM", MemlockError(syscall.EPERM, 4<<20), errs.ErrMemlock, syscall.EPERM, "LimitMEMLOCK=infinity"},
+		{"no device", Add(fmt.Errorf("%w (%w)", errs.ErrNoDevice, errors.New("rdma_cm unavailable"))), errs.ErrNoDevice, nil, "verbline-doctor"},
+		{"not an RDMA address", Add(fmt.Errorf("%w: %w", errs.ErrNotRDMAAddress, syscall.ENODEV)), errs.ErrNotRDMAAddress, syscall.ENODEV, "rdma link add"},
 	} {
 		for _, err := range []error{tc.err, opError(tc.err)} {
 			if !errors.Is(err, tc.sentinel) || !cerrors.Is(err, tc.sentinel) {
@@ -231,89 +229,39 @@ func TestErrorsHints(t *testing.T) {
 		}
 	}
 	// Wrapping the hinted error leaves its text as it was.
-	plain := fmt.Errorf("%w: %w", ErrNotRDMAAddress, syscall.ENODEV)
-	if got := addHint(plain).Error(); got != plain.Error() {
+	plain := fmt.Errorf("%w: %w", errs.ErrNotRDMAAddress, syscall.ENODEV)
+	if got := Add(plain).Error(); got != plain.Error() {
 		t.Errorf("hinted text %q, want %q", got, plain.Error())
 	}
 
 	// Errors without a fix on this machine are returned as they are: no
 	// hint, no wrapper (net's errors keep their identity).
 	for _, err := range []error{nil, os.ErrDeadlineExceeded, net.ErrClosed, syscall.ECONNREFUSED,
-		&deviceFailed{msg: "RDMA device rxe0 reported a fatal error"}} {
-		if got := addHint(err); got != err {
-			t.Errorf("addHint(%v) = %v, want it unchanged", err, got)
+		&errs.DeviceFailed{Msg: "RDMA device rxe0 reported a fatal error"}} {
+		if got := Add(err); got != err {
+			t.Errorf("Add(%v) = %v, want it unchanged", err, got)
 		}
 	}
 	var op *net.OpError
-	if err := opError(memlockError(syscall.ENOMEM, 1)); !errors.As(err, &op) || op.Op != "dial" {
+	if err := opError(MemlockError(syscall.ENOMEM, 1)); !errors.As(err, &op) || op.Op != "dial" {
 		t.Errorf("errors.As *net.OpError: %v", err)
 	}
 }
 
-// On this machine: the host has no RDMA device (Listen fails with
-// ErrNoDevice, whose hint says what to load); in the Soft-RoCE guest an
-// address without RDMA fails with ErrNotRDMAAddress, whose hint lists the
-// guest's RDMA netdev and its IP.
-func TestErrorsHintsLive(t *testing.T) {
-	ln, err := Listen("rdma", "192.0.2.1:0") // TEST-NET-1: on no netdev here
-	if err == nil {
-		ln.Close()
-		t.Fatal("listening on 192.0.2.1 succeeded")
-	}
-	hint := cerrors.FlattenHints(err)
-	t.Logf("%v\nhint:\n%s", err, hint)
-	switch {
-	case errors.Is(err, ErrNoDevice):
-		if os.Getenv("RDMA_TEST_DEVICE") != "" {
-			t.Fatalf("ErrNoDevice with a device (%s): %v", os.Getenv("RDMA_TEST_DEVICE"), err)
+// A registration the kernel refused to pin is a MemlockError; any other
+// failure keeps its errno under what was being registered.
+func TestRegistrationError(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOMEM, syscall.EPERM} {
+		err := RegistrationError(fmt.Errorf("ibv_reg_mr: %w", errno), 4<<20, "registering a message")
+		if !errors.Is(err, errs.ErrMemlock) || !errors.Is(err, errno) || len(cerrors.GetAllHints(err)) != 1 {
+			t.Errorf("%v: %v, want ErrMemlock and the errno, with a hint", errno, err)
 		}
-		if !strings.Contains(hint, "rdma_cm") {
-			t.Errorf("no-device hint does not say what to load:\n%s", hint)
-		}
-	case errors.Is(err, ErrNotRDMAAddress):
-		if !strings.Contains(hint, "addresses with RDMA on this machine") || !strings.Contains(hint, " port ") {
-			t.Errorf("hint does not list this machine's RDMA addresses:\n%s", hint)
-		}
-	default:
-		t.Fatalf("listen on 192.0.2.1: %v, want ErrNoDevice or ErrNotRDMAAddress", err)
 	}
-	if !errors.Is(err, ErrNotRDMAAddress) {
-		return
+	err := RegistrationError(syscall.EINVAL, 64, "registering a message")
+	if !errors.Is(err, syscall.EINVAL) || errors.Is(err, errs.ErrMemlock) || err.Error() != "registering a message: "+syscall.EINVAL.Error() {
+		t.Errorf("EINVAL: %v, want it under what was registered, without ErrMemlock", err)
 	}
-	// Loopback, and (scripts/softroce) an address on a netdev without RDMA:
-	// the hint lists the RDMA addresses, not these.
-	addrs := []string{"127.0.0.1"}
-	if a := os.Getenv("RDMA_TEST_NONRDMA_ADDR"); a != "" {
-		addrs = append(addrs, a)
-	}
-	for _, a := range addrs {
-		_, err := Dial("rdma", net.JoinHostPort(a, "7471"))
-		if a != "127.0.0.1" {
-			_, err = Listen("rdma", net.JoinHostPort(a, "0"))
-		}
-		hint := cerrors.FlattenHints(err)
-		if !errors.Is(err, ErrNotRDMAAddress) || !strings.Contains(hint, "addresses with RDMA on this machine") {
-			t.Errorf("%s: %v, want ErrNotRDMAAddress with a hint; hint:\n%s", a, err, hint)
-		} else if strings.Contains(hint, " "+a+"\n") || strings.Contains(hint, " "+a+",") {
-			t.Errorf("%s: the hint lists it as an RDMA address:\n%s", a, hint)
-		}
-		t.Logf("%s: %v", a, err)
-	}
-}
-
-// TestDeviceFailedChain: a device failure matches ErrNoDevice, says what
-// happened, and keeps the failure that showed it in its chain.
-func TestDeviceFailedChain(t *testing.T) {
-	cause := syscall.EIO
-	err := error(&deviceFailed{msg: "reading the RDMA device's async events failed", cause: cause})
-	if !errors.Is(err, ErrNoDevice) || !errors.Is(err, syscall.EIO) || errors.Unwrap(err) != cause {
-		t.Errorf("%v: matches ErrNoDevice %v, EIO %v; unwraps to %v", err,
-			errors.Is(err, ErrNoDevice), errors.Is(err, syscall.EIO), errors.Unwrap(err))
-	}
-	if want := "reading the RDMA device's async events failed: " + cause.Error(); err.Error() != want {
-		t.Errorf("text %q, want %q", err, want)
-	}
-	if plain := (&deviceFailed{msg: "removed"}); plain.Error() != "removed" || plain.Unwrap() != nil {
-		t.Errorf("without a cause: %q, unwraps to %v", plain, plain.Unwrap())
+	if err := RegistrationError(syscall.EINVAL, 64, ""); err != syscall.EINVAL {
+		t.Errorf("EINVAL without what: %v, want it unchanged", err)
 	}
 }

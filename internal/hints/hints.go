@@ -1,6 +1,18 @@
-//go:build linux && cgo
+//go:build linux
 
-package rdma
+// Package hints attaches, to the errors whose fix is on the user's machine
+// (ErrMemlock, ErrNoDevice, ErrNotRDMAAddress of internal/errs), a hint
+// for this machine: the locked-memory limit and what is pinned, which
+// kernel modules and device files are missing, which netdevs and IPs do
+// have RDMA. The errors' own Error() texts already say what to do in one
+// line; the hint, attached with cockroachdb/errors' WithHint, says it
+// here. Read it with errors.FlattenHints(err) (or GetAllHints); it passes
+// through *net.OpError and fmt.Errorf's %w.
+//
+// A hint reads sysfs, /proc and the interface list, so it is built only on
+// the error path: when Dial, Listen or a buffer registration has already
+// failed, never on the data path.
+package hints
 
 import (
 	"errors"
@@ -16,54 +28,44 @@ import (
 
 	cerrors "github.com/cockroachdb/errors"
 	"golang.org/x/sys/unix"
+
+	"github.com/verbline/rdma/internal/errs"
 )
 
-// Hints for the errors whose fix is on the user's machine (ErrMemlock,
-// ErrNoDevice, ErrNotRDMAAddress). Their Error() texts already say what to
-// do in one line; the hint, attached with cockroachdb/errors' WithHint,
-// says it for this machine: the locked-memory limit and what is pinned,
-// which kernel modules and device files are missing, which netdevs and IPs
-// do have RDMA. Read it with errors.FlattenHints(err) (or GetAllHints);
-// it passes through *net.OpError and fmt.Errorf's %w.
-//
-// A hint reads sysfs, /proc and the interface list, so it is built only on
-// the error path: when Dial, Listen or a buffer registration has already
-// failed, never on the data path.
-
-// addHint attaches its hint to err if err wraps ErrNoDevice or
-// ErrNotRDMAAddress (a *deviceFailed, which also matches ErrNoDevice, says
-// what happened in its own text and gets none); other errors and nil are
-// returned as they are.
-func addHint(err error) error {
+// Add attaches its hint to err if err wraps ErrNoDevice or
+// ErrNotRDMAAddress (an *errs.DeviceFailed, which also matches
+// ErrNoDevice, says what happened in its own text and gets none); other
+// errors and nil are returned as they are.
+func Add(err error) error {
 	if err == nil {
 		return nil
 	}
-	var failed *deviceFailed
+	var failed *errs.DeviceFailed
 	switch env := hostHintEnv(); {
 	case errors.As(err, &failed):
 		return err
-	case errors.Is(err, ErrNotRDMAAddress):
+	case errors.Is(err, errs.ErrNotRDMAAddress):
 		return cerrors.WithHint(err, rdmaAddressHint(env))
-	case errors.Is(err, ErrNoDevice):
+	case errors.Is(err, errs.ErrNoDevice):
 		return cerrors.WithHint(err, noDeviceHint(env))
 	}
 	return err
 }
 
-// memlockError is the error of a buffer registration of size bytes that
+// MemlockError is the error of a buffer registration of size bytes that
 // the kernel refused (ENOMEM or EPERM from ibv_reg_mr): it matches
 // ErrMemlock and the errno, and its hint gives the limit, what is pinned
 // and how to raise it.
-func memlockError(cause error, size int) error {
-	return cerrors.WithHint(fmt.Errorf("%w: %w", ErrMemlock, cause), memlockHint(hostHintEnv(), size))
+func MemlockError(cause error, size int) error {
+	return cerrors.WithHint(fmt.Errorf("%w: %w", errs.ErrMemlock, cause), memlockHint(hostHintEnv(), size))
 }
 
-// registrationError is the error of a registration of size bytes that
-// failed with err: a memlockError when the kernel refused the pinning,
+// RegistrationError is the error of a registration of size bytes that
+// failed with err: a MemlockError when the kernel refused the pinning,
 // else err wrapped by what (nothing when what is empty).
-func registrationError(err error, size int, what string) error {
+func RegistrationError(err error, size int, what string) error {
 	if errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EPERM) {
-		return memlockError(err, size)
+		return MemlockError(err, size)
 	}
 	if what == "" {
 		return err
