@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/wire"
@@ -80,7 +81,7 @@ type admitRun struct {
 }
 
 func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_ *Listener, err error) {
-	ch, id, err := newChannelID()
+	ch, id, err := cmsetup.NewChannelID()
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 		}
 	}()
 	if err = id.BindAddr(ap); err != nil {
-		return nil, classifyResolve(err)
+		return nil, cmsetup.ClassifyResolve(err)
 	}
 	if err = id.Listen(cfg.Backlog); err != nil {
 		return nil, err
@@ -156,12 +157,12 @@ func (l *acceptor) admitted(ev rdmacm.Event) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		reject(ev.ID, wire.RejectShutdown, "listener is closing")
+		cmsetup.Reject(ev.ID, wire.RejectShutdown, "listener is closing")
 		return
 	}
 	if len(l.acceptq) >= cap(l.acceptq) {
 		l.mu.Unlock()
-		reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
+		cmsetup.Reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
 		return
 	}
 	if len(l.acceptq)+len(l.halfOpen) >= cap(l.acceptq) && len(l.halfOpen) > 0 {
@@ -190,13 +191,13 @@ func (l *acceptor) startAdmit(ev rdmacm.Event) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		reject(ev.ID, wire.RejectShutdown, "listener is closing")
+		cmsetup.Reject(ev.ID, wire.RejectShutdown, "listener is closing")
 		return
 	}
 	if l.hooks >= cap(l.acceptq) {
 		n := l.hooks
 		l.mu.Unlock()
-		reject(ev.ID, wire.RejectOverloaded, admitBusyReason(n))
+		cmsetup.Reject(ev.ID, wire.RejectOverloaded, admitBusyReason(n))
 		return
 	}
 	l.hooks++
@@ -233,7 +234,7 @@ func (l *acceptor) runAdmit(r *admitRun) {
 	defer l.pending.Done()
 	r.timer.Stop()
 	if err != nil {
-		reject(r.ev.ID, wire.RejectPolicy, err.Error())
+		cmsetup.Reject(r.ev.ID, wire.RejectPolicy, err.Error())
 		return
 	}
 	l.admitted(r.ev)
@@ -249,7 +250,7 @@ func (l *acceptor) admitTimeout(r *admitRun) {
 		return
 	}
 	defer l.pending.Done()
-	reject(r.ev.ID, wire.RejectOverloaded, admitTimeoutReason(l.cfg.HandshakeTimeout))
+	cmsetup.Reject(r.ev.ID, wire.RejectOverloaded, admitTimeoutReason(l.cfg.HandshakeTimeout))
 }
 
 // fail makes Accept return err from now on (connections already queued
@@ -342,7 +343,7 @@ func (l *acceptor) close() error {
 		// hooks' answers come to nothing, and Close does not wait for them.
 		for r := range waiting {
 			r.timer.Stop()
-			reject(r.ev.ID, wire.RejectShutdown, "listener is closing")
+			cmsetup.Reject(r.ev.ID, wire.RejectShutdown, "listener is closing")
 		}
 		unregisterListener(l)
 		err := l.id.Destroy()

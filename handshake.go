@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
@@ -60,7 +61,7 @@ type helloFunc func(*Conn) []byte
 func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, heard context.Context) error {
 	wait := heard
 	for {
-		ev, err := waitEvent(wait, ch)
+		ev, err := cmsetup.WaitEvent(wait, ch)
 		if err != nil && wait == heard && heard.Err() != nil && ctx.Err() == nil {
 			wait = ctx
 			// Usually the RTU came first and the CM is past this state:
@@ -72,7 +73,7 @@ func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, he
 		if err != nil {
 			return err
 		}
-		return checkEvent(ev, rdmacm.EventEstablished, "waiting for the dialer to establish")
+		return cmsetup.CheckEvent(ev, rdmacm.EventEstablished, "waiting for the dialer to establish")
 	}
 }
 
@@ -86,7 +87,7 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (*C
 // dialHello is dialConn announcing hello's private data.
 func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, hello helloFunc) (_ *Conn, err error) {
 	st := startSteps("dial")
-	ch, id, err := newChannelID()
+	ch, id, err := cmsetup.NewChannelID()
 	if err != nil {
 		return nil, err
 	}
@@ -97,15 +98,15 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 			undo(c, id, ch)
 		}
 	}()
-	if err = id.ResolveAddr(laddr, raddr, msUntil(ctx)); err != nil {
-		return nil, classifyResolve(err)
+	if err = id.ResolveAddr(laddr, raddr, cmsetup.MsUntil(ctx)); err != nil {
+		return nil, cmsetup.ClassifyResolve(err)
 	}
-	if _, err = expect(ctx, ch, rdmacm.EventAddrResolved, "resolving the address"); err != nil {
+	if _, err = cmsetup.Expect(ctx, ch, rdmacm.EventAddrResolved, "resolving the address"); err != nil {
 		return nil, err
 	}
 	st.step("resolve addr")
-	if err = id.ResolveRoute(msUntil(ctx)); err != nil {
-		return nil, classifyResolve(err) // e.g. loopback: no RDMA device routes there
+	if err = id.ResolveRoute(cmsetup.MsUntil(ctx)); err != nil {
+		return nil, cmsetup.ClassifyResolve(err) // e.g. loopback: no RDMA device routes there
 	}
 	// While the kernel resolves the route: the address gave the device and
 	// port, which is all the QP, the rings and the INIT transition need.
@@ -122,7 +123,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		return nil, err
 	}
 	st.step("post receives")
-	if _, err = expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
+	if _, err = cmsetup.Expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
 		return nil, err
 	}
 	st.step("resolve route (rest)")
@@ -136,7 +137,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
 	}
-	ev, err := expect(ctx, ch, rdmacm.EventConnectResponse, "waiting for the listener")
+	ev, err := cmsetup.Expect(ctx, ch, rdmacm.EventConnectResponse, "waiting for the listener")
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "listener", "dialer")
-		sendReject(id, code, reason)
+		cmsetup.SendReject(id, code, reason)
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
 	c.setPeer(agreed(ours, peer))
@@ -210,16 +211,16 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "dialer", "listener")
-		reject(child, code, reason)
+		cmsetup.Reject(child, code, reason)
 		return nil, err
 	}
-	ch, err := newChannel()
+	ch, err := cmsetup.NewChannel()
 	if err != nil {
-		reject(child, wire.RejectResources, err.Error())
+		cmsetup.Reject(child, wire.RejectResources, err.Error())
 		return nil, err
 	}
 	if err := child.Migrate(ch); err != nil {
-		reject(child, wire.RejectResources, err.Error())
+		cmsetup.Reject(child, wire.RejectResources, err.Error())
 		ch.Close()
 		return nil, err
 	}
@@ -231,7 +232,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		}
 	}()
 	fail := func(e error) error {
-		sendReject(child, wire.RejectResources, e.Error())
+		cmsetup.SendReject(child, wire.RejectResources, e.Error())
 		return e
 	}
 	if c, err = newConn(cfg, ch, child); err != nil {

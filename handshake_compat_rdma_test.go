@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/wire"
@@ -215,7 +216,7 @@ type acceptResult struct {
 func rawListen(t *testing.T, hello helloFunc) (string, <-chan acceptResult) {
 	t.Helper()
 	env := rdmatest.Require(t)
-	ch, id, err := newChannelID()
+	ch, id, err := cmsetup.NewChannelID()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func rawListen(t *testing.T, hello helloFunc) (string, <-chan acceptResult) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
 		defer cancel()
-		ev, err := expect(ctx, ch, rdmacm.EventConnectRequest, "waiting for a connection request")
+		ev, err := cmsetup.Expect(ctx, ch, rdmacm.EventConnectRequest, "waiting for a connection request")
 		if err != nil {
 			out <- acceptResult{err: err}
 			return

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/wire"
@@ -49,7 +50,7 @@ func openHalf(t *testing.T, addr string) *halfOpen {
 	step := func(err error, want rdmacm.EventType) {
 		t.Helper()
 		if err == nil {
-			_, err = expect(ctx, ch, want, "")
+			_, err = cmsetup.Expect(ctx, ch, want, "")
 		}
 		if err != nil {
 			h.close()

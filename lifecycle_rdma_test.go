@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/verbs"
@@ -89,13 +90,13 @@ func rawDial(t *testing.T, addr string, priv []byte) rdmacm.Event {
 	if err := id.ResolveAddr(netip.AddrPort{}, netip.MustParseAddrPort(addr), 2000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := expect(ctx, ch, rdmacm.EventAddrResolved, ""); err != nil {
+	if _, err := cmsetup.Expect(ctx, ch, rdmacm.EventAddrResolved, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := id.ResolveRoute(2000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := expect(ctx, ch, rdmacm.EventRouteResolved, ""); err != nil {
+	if _, err := cmsetup.Expect(ctx, ch, rdmacm.EventRouteResolved, ""); err != nil {
 		t.Fatal(err)
 	}
 	cfg := (&Config{}).withDefaults()
@@ -111,7 +112,7 @@ func rawDial(t *testing.T, addr string, priv []byte) rdmacm.Event {
 	if err := id.Connect(rdmacm.ConnParam{PrivateData: priv, RetryCount: 7, RNRRetryCount: 7, QPNum: ep.qp.Num}); err != nil {
 		t.Fatal(err)
 	}
-	ev, err := waitEvent(ctx, ch)
+	ev, err := cmsetup.WaitEvent(ctx, ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestForeignHandshake(t *testing.T) {
 			if ev.Type != rdmacm.EventRejected {
 				t.Fatalf("listener answered %s, want a reject", ev.Type)
 			}
-			err := eventError(ev, "")
+			err := cmsetup.EventError(ev, "")
 			if !errors.Is(err, ErrHandshake) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("dialer's error %q, want ErrHandshake mentioning %q", err, tc.want)
 			}

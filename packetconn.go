@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/deadline"
 	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/testhooks"
@@ -166,7 +167,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		return nil, hints.Add(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
 			"(its queue pair lives on one device port)", ErrNotRDMAAddress, ap.Addr()))
 	}
-	ch, err := newUDChannel()
+	ch, err := cmsetup.NewUDChannel()
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +200,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 		return nil, err
 	}
 	if err = p.id.BindAddr(ap); err != nil {
-		return nil, classifyResolve(err)
+		return nil, cmsetup.ClassifyResolve(err)
 	}
 	p.ap = p.id.LocalAddr()
 	p.laddr = &Addr{p.ap}
@@ -994,13 +995,13 @@ func (p *udEndpoint) resolveSIDR(to netip.AddrPort) (_ *udPeer, err error) {
 			return rdmacm.UDEvent{}, net.ErrClosed
 		}
 	}
-	if err := id.ResolveAddr(netip.AddrPortFrom(p.ap.Addr(), 0), to, msUntil(ctx)); err != nil {
-		return nil, classifyResolve(err)
+	if err := id.ResolveAddr(netip.AddrPortFrom(p.ap.Addr(), 0), to, cmsetup.MsUntil(ctx)); err != nil {
+		return nil, cmsetup.ClassifyResolve(err)
 	}
 	if _, err := next(rdmacm.EventAddrResolved); err != nil {
 		return nil, err
 	}
-	if err := id.ResolveRoute(msUntil(ctx)); err != nil {
+	if err := id.ResolveRoute(cmsetup.MsUntil(ctx)); err != nil {
 		return nil, err
 	}
 	if _, err := next(rdmacm.EventRouteResolved); err != nil {
@@ -1033,7 +1034,7 @@ const (
 )
 
 func udEventError(ev rdmacm.UDEvent, to netip.AddrPort) error {
-	if err, ok := resolveError(ev.Type, ev.Status, "to "+to.Addr().String()); ok {
+	if err, ok := cmsetup.ResolveError(ev.Type, ev.Status, "to "+to.Addr().String()); ok {
 		return err
 	}
 	switch ev.Type {

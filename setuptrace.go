@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/rdmacm"
 )
 
@@ -39,6 +40,11 @@ func (s *stepTimer) step(step string) {
 	s.trace(s.side, step, now.Sub(s.last))
 	s.last = now
 }
+
+// The events the set-up steps check (cmsetup.CheckEvent: every one a dial
+// or accept waits for) are traced as delivered to the goroutine that
+// handles them.
+func init() { cmsetup.SetDeliveryHook(func(ev rdmacm.Event) { traceDelivery(ev, "") }) }
 
 // traceDelivery reports how long ev took from its read off the kernel's
 // event channel to the goroutine that handles it (a hand-off through a Go

@@ -1,0 +1,187 @@
+//go:build linux && cgo
+
+package cmsetup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	cerrors "github.com/cockroachdb/errors"
+
+	"github.com/verbline/rdma/internal/errs"
+	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/wire"
+)
+
+// Host tests: the events are built by hand, so they need no device (an
+// Event's ID stays nil).
+
+// The rdma_cm events a dial or accept can end with, mapped to the errors the
+// rdma package documents (EventError), and resolution errors
+// (ClassifyResolve).
+func TestEventErrors(t *testing.T) {
+	reject := func(code wire.RejectCode, reason string) []byte {
+		r := wire.Reject{Code: code, Reason: reason}
+		return append(r.AppendTo(nil), make([]byte, 20)...) // IB pads private data with zeros
+	}
+	for _, tc := range []struct {
+		name  string
+		ev    rdmacm.Event
+		is    []error // errors.Is targets
+		not   []error // errors.Is must not match these
+		words []string
+		hint  bool // carries a hint for this machine
+	}{
+		{"address on no RDMA netdev", rdmacm.Event{Type: rdmacm.EventAddrError, Status: -int(syscall.ENODEV)},
+			[]error{errs.ErrNotRDMAAddress, syscall.ENODEV}, nil, []string{syscall.ENODEV.Error()}, true},
+		{"address not available", rdmacm.Event{Type: rdmacm.EventAddrError, Status: -int(syscall.EADDRNOTAVAIL)},
+			[]error{errs.ErrNotRDMAAddress, syscall.EADDRNOTAVAIL}, nil, nil, true},
+		{"address error", rdmacm.Event{Type: rdmacm.EventAddrError, Status: -int(syscall.ETIMEDOUT)},
+			[]error{syscall.ETIMEDOUT}, []error{errs.ErrNotRDMAAddress}, []string{"resolving address"}, false},
+		{"route error", rdmacm.Event{Type: rdmacm.EventRouteError, Status: -int(syscall.ENETUNREACH)},
+			[]error{syscall.ENETUNREACH}, []error{errs.ErrNotRDMAAddress}, []string{"resolving route"}, false},
+		{"nobody listening", rdmacm.Event{Type: rdmacm.EventRejected, Status: RejInvalidServiceID},
+			[]error{syscall.ECONNREFUSED}, []error{errs.ErrHandshake}, nil, false},
+		{"listener refused", rdmacm.Event{Type: rdmacm.EventRejected, Status: RejConsumerDefined,
+			PrivateData: reject(wire.RejectVersion, "version 9 not supported")},
+			[]error{errs.ErrHandshake}, []error{syscall.ECONNREFUSED},
+			[]string{"listener refused the connection: version 9 not supported (" + wire.RejectVersion.String() + ")"}, false},
+		{"listener overloaded", rdmacm.Event{Type: rdmacm.EventRejected, Status: RejConsumerDefined,
+			PrivateData: reject(wire.RejectOverloaded, "accept backlog of 8 is full")},
+			[]error{errs.ErrHandshake}, nil, []string{"accept backlog of 8 is full", wire.RejectOverloaded.String()}, false},
+		{"foreign listener refused", rdmacm.Event{Type: rdmacm.EventRejected, Status: RejConsumerDefined,
+			PrivateData: []byte("not ours")}, []error{errs.ErrHandshake}, nil, []string{"not a verbline listener"}, false},
+		{"other reject", rdmacm.Event{Type: rdmacm.EventRejected, Status: 13},
+			[]error{syscall.ECONNREFUSED}, []error{errs.ErrHandshake}, []string{"CM reason 13"}, false},
+		{"unreachable", rdmacm.Event{Type: rdmacm.EventUnreachable, Status: -int(syscall.ETIMEDOUT)},
+			[]error{syscall.EHOSTUNREACH}, nil, []string{"peer unreachable"}, false},
+		{"connect error", rdmacm.Event{Type: rdmacm.EventConnectError, Status: -int(syscall.ECONNRESET)},
+			[]error{syscall.EHOSTUNREACH}, nil, nil, false},
+		{"unexpected event", rdmacm.Event{Type: rdmacm.EventDeviceRemoval}, nil,
+			[]error{errs.ErrNoDevice, errs.ErrHandshake}, []string{"unexpected rdma_cm event", "while connecting"}, false},
+	} {
+		err := EventError(tc.ev, "connecting")
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, target := range tc.is {
+			if !errors.Is(err, target) {
+				t.Errorf("%s: %v is not %v", tc.name, err, target)
+			}
+		}
+		for _, target := range tc.not {
+			if errors.Is(err, target) {
+				t.Errorf("%s: %v matches %v", tc.name, err, target)
+			}
+		}
+		for _, w := range tc.words {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.name, err, w)
+			}
+		}
+		if hints := cerrors.GetAllHints(err); (len(hints) == 1) != tc.hint {
+			t.Errorf("%s: hints %q, want a hint: %v", tc.name, hints, tc.hint)
+		}
+	}
+
+	for _, errno := range []syscall.Errno{syscall.ENODEV, syscall.EADDRNOTAVAIL} {
+		if err := ClassifyResolve(errno); !errors.Is(err, errs.ErrNotRDMAAddress) || !strings.Contains(err.Error(), errno.Error()) {
+			t.Errorf("ClassifyResolve(%v) = %v, want ErrNotRDMAAddress naming the errno", errno, err)
+		}
+		// Wrapped as rdma_bind_addr's errors are, and again as Dial's.
+		err := &net.OpError{Op: "dial", Net: "rdma", Err: ClassifyResolve(fmt.Errorf("rdma_bind_addr: %w", errno))}
+		if !errors.Is(err, errs.ErrNotRDMAAddress) || !errors.Is(err, errno) || !strings.Contains(cerrors.FlattenHints(err), "rdma link add") {
+			t.Errorf("ClassifyResolve(rdma_bind_addr: %v) in a *net.OpError = %v (hint %q), want ErrNotRDMAAddress, the errno and a hint",
+				errno, err, cerrors.FlattenHints(err))
+		}
+	}
+	if err := ClassifyResolve(syscall.EINVAL); err != syscall.EINVAL {
+		t.Errorf("ClassifyResolve(EINVAL) = %v, want it unchanged", err)
+	}
+}
+
+func TestMsUntil(t *testing.T) {
+	if got := MsUntil(context.Background()); got != 15000 {
+		t.Errorf("no deadline: %d ms, want 15000", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if got := MsUntil(ctx); got <= 3590_000 || got > 3600_000 {
+		t.Errorf("an hour: %d ms", got)
+	}
+	past, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	if got := MsUntil(past); got != 1 {
+		t.Errorf("a deadline passed: %d ms, want 1", got)
+	}
+}
+
+// ResolveError names the destination it was given, and answers only for
+// the two resolution events.
+func TestResolveError(t *testing.T) {
+	err, ok := ResolveError(rdmacm.EventRouteError, -int(syscall.ENETUNREACH), "to 10.0.0.2")
+	if !ok || !errors.Is(err, syscall.ENETUNREACH) || err.Error() != "resolving route to 10.0.0.2: "+syscall.ENETUNREACH.Error() {
+		t.Errorf("route error: %v, %v", err, ok)
+	}
+	err, ok = ResolveError(rdmacm.EventAddrError, -int(syscall.ETIMEDOUT), "to 10.0.0.2")
+	if !ok || !errors.Is(err, syscall.ETIMEDOUT) || !strings.HasPrefix(err.Error(), "resolving address to 10.0.0.2: ") {
+		t.Errorf("address error: %v, %v", err, ok)
+	}
+	for _, typ := range []rdmacm.EventType{rdmacm.EventAddrResolved, rdmacm.EventRouteResolved, rdmacm.EventRejected, rdmacm.EventUnreachable} {
+		if err, ok := ResolveError(typ, -int(syscall.ENODEV), ""); ok || err != nil {
+			t.Errorf("%s: %v, %v, want no answer", typ, err, ok)
+		}
+	}
+}
+
+// CheckEvent passes the event wanted, turns any other into EventError's
+// error, and hands each to the delivery hook first.
+func TestCheckEvent(t *testing.T) {
+	var seen []rdmacm.EventType
+	SetDeliveryHook(func(ev rdmacm.Event) { seen = append(seen, ev.Type) })
+	t.Cleanup(func() { SetDeliveryHook(nil) })
+	if err := CheckEvent(rdmacm.Event{Type: rdmacm.EventEstablished}, rdmacm.EventEstablished, "waiting"); err != nil {
+		t.Errorf("the event wanted: %v", err)
+	}
+	err := CheckEvent(rdmacm.Event{Type: rdmacm.EventRejected, Status: RejInvalidServiceID}, rdmacm.EventEstablished, "waiting")
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("a reject instead: %v, want ECONNREFUSED", err)
+	}
+	if len(seen) != 2 || seen[0] != rdmacm.EventEstablished || seen[1] != rdmacm.EventRejected {
+		t.Errorf("the hook saw %v, want both events in order", seen)
+	}
+	SetDeliveryHook(nil)
+	if err := CheckEvent(rdmacm.Event{Type: rdmacm.EventEstablished}, rdmacm.EventEstablished, "waiting"); err != nil || len(seen) != 2 {
+		t.Errorf("without a hook: %v, hook calls %d", err, len(seen))
+	}
+}
+
+// Without /dev/infiniband/rdma_cm (this host, unless it has RDMA), opening
+// a channel fails with ErrNoDevice, which keeps rdma_cm's own error and
+// carries the hint that says what to load.
+func TestNewChannelWithoutRDMACM(t *testing.T) {
+	if _, err := os.Stat("/dev/infiniband/rdma_cm"); err == nil {
+		t.Skip("this machine has rdma_cm")
+	}
+	for name, open := range map[string]func() error{
+		"NewChannel":   func() error { _, err := NewChannel(); return err },
+		"NewChannelID": func() error { _, _, err := NewChannelID(); return err },
+		"NewUDChannel": func() error { _, err := NewUDChannel(); return err },
+	} {
+		err := open()
+		if !errors.Is(err, errs.ErrNoDevice) || !errors.Is(err, rdmacm.ErrNoCM) {
+			t.Errorf("%s: %v, want ErrNoDevice and rdmacm.ErrNoCM", name, err)
+		}
+		if hint := cerrors.FlattenHints(err); !strings.Contains(hint, "rdma_ucm") {
+			t.Errorf("%s: hint %q does not say to load rdma_ucm", name, hint)
+		}
+	}
+}
