@@ -109,10 +109,7 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 	l := &ln.acceptor
 	l.stop, l.stopNow = context.WithCancel(context.Background())
 	if ctx, cerr := id.Context(); cerr == nil { // bound to one device's address (not a wildcard)
-		devices.mu.Lock()
-		ferr := fatalDevices[ctx.Key()]
-		devices.mu.Unlock()
-		if ferr != nil {
+		if ferr := fatalDevice(ctx.Key()); ferr != nil {
 			l.stopNow()
 			return nil, ferr
 		}

@@ -44,10 +44,10 @@ const atomicWordSize = 8
 // atomicsUnsupported says why this connection cannot make or accept
 // atomics, or returns nil.
 func (c *engine) atomicsUnsupported() error {
-	if c.dev.attr.Atomics == verbs.AtomicNone {
+	if c.dev.Attr.Atomics == verbs.AtomicNone {
 		return fmt.Errorf("%w: RDMA atomics: device %s has none (atomic_cap none, as iWARP devices); "+
 			"keep the word behind a lock of the application's, or update it with messages",
-			errors.ErrUnsupported, c.dev.ctx.Name())
+			errors.ErrUnsupported, c.dev.Name())
 	}
 	if c.features&wire.FeatureAtomics == 0 {
 		return fmt.Errorf("%w: RDMA atomics: the peer does not accept them (its device has none, "+
@@ -60,7 +60,7 @@ func (c *engine) atomicsUnsupported() error {
 // less atomics where the device has none.
 func (c *engine) announced() wire.Features {
 	f := wire.Supported
-	if c.dev.attr.Atomics == verbs.AtomicNone {
+	if c.dev.Attr.Atomics == verbs.AtomicNone {
 		f &^= wire.FeatureAtomics
 	}
 	return f
@@ -116,7 +116,7 @@ func (c *engine) atomicResults() error {
 	if have {
 		return nil
 	}
-	b, err := c.dev.pool.Get(c.ep.maxOps * atomicWordSize)
+	b, err := c.dev.Pool.Get(c.ep.maxOps * atomicWordSize)
 	if err != nil {
 		return fmt.Errorf("a buffer for the atomics' results: %w", err)
 	}

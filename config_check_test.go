@@ -121,3 +121,25 @@ func TestQPInfoString(t *testing.T) {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
 }
+
+// TestMaxUnreadBytesRange: a negative Config.MaxUnreadBytes fails Dial and
+// Listen with a *ConfigError naming the field; 0 means 16 MiB.
+func TestMaxUnreadBytesRange(t *testing.T) {
+	cfg := Config{MaxUnreadBytes: -1}
+	d := Dialer{Config: cfg}
+	_, err := d.DialContext(context.Background(), "rdma", "169.254.0.1:7471")
+	lc := ListenConfig{Config: cfg}
+	ln, lerr := lc.Listen(context.Background(), "rdma", "169.254.0.1:0")
+	if ln != nil {
+		ln.Close()
+	}
+	for _, err := range []error{err, lerr} {
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "MaxUnreadBytes" || !strings.Contains(err.Error(), "a positive number of bytes") {
+			t.Errorf("%v, want a *ConfigError for MaxUnreadBytes", err)
+		}
+	}
+	if got := (&Config{}).withDefaults().MaxUnreadBytes; got != 16<<20 {
+		t.Errorf("zero MaxUnreadBytes resolves to %d, want 16 MiB", got)
+	}
+}

@@ -21,10 +21,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/nettest"
-
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testhooks"
+	"golang.org/x/net/nettest"
 )
 
 // listenTest listens on the test device's address with a free port.
@@ -43,9 +44,9 @@ func listenTest(t testing.TB, cfg *Config) *Listener {
 }
 
 func init() {
-	trackAllocations = true // leak reports name where each buffer was allocated
+	testhooks.TrackAllocations.Store(true) // leak reports name where each buffer was allocated
 	// Pooled QPs and lingering devices are owned, not leaked: rdmatest's
-	// counts run settleDevices first (qppool.go registers it).
+	// counts run settleDevices first (qpreuse.go registers it).
 }
 
 // checkLeaksAtEnd makes t, once it and its deferred closes are done, wait
@@ -64,14 +65,13 @@ func checkLeaksAtEnd(t testing.TB) {
 		for {
 			// Devices kept for the next connection (with their pooled QPs)
 			// are owned, not leaked: tear them down now.
-			flushLingeringDevices()
-			devices.mu.Lock()
+			device.FlushLingering()
+			devs := device.All()
 			var leaks []buffer.Leak
-			for _, d := range devices.m {
-				leaks = append(leaks, d.pool.Leaks()...)
+			for _, d := range devs {
+				leaks = append(leaks, d.Pool.Leaks()...)
 			}
-			n := len(devices.m)
-			devices.mu.Unlock()
+			n := len(devs)
 			if n == 0 {
 				break
 			}
@@ -92,8 +92,8 @@ func checkLeaksAtEnd(t testing.TB) {
 		res := rdmatest.Resources(t)
 		base["pd"] = res["pd"]
 		rdmatest.CheckNoLeaks(t, base, baseG)
-		if err := teardownErr.Swap(nil); err != nil {
-			t.Errorf("a device teardown failed: %v", *err)
+		if err := device.TakeTeardownErr(); err != nil {
+			t.Errorf("a device teardown failed: %v", err)
 		}
 	})
 }
@@ -103,14 +103,14 @@ func checkLeaksAtEnd(t testing.TB) {
 // waits for the teardowns: after a leak was reported, the next tests start
 // clean. The pool's complaint about the outstanding buffers is expected.
 func forceTeardownUnusedDevices(t testing.TB) {
-	teardownUnusedDevices(true)
-	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); tearingDown.Load() > 0; time.Sleep(10 * time.Millisecond) {
+	device.TeardownUnused(true)
+	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); device.TearingDown() > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Error("forced device teardowns did not finish")
 			return
 		}
 	}
-	teardownErr.Swap(nil)
+	device.TakeTeardownErr()
 }
 
 // connPair returns both ends of one connection; the test checks for leaks
@@ -461,12 +461,11 @@ func TestForcedTeardownAfterLeak(t *testing.T) {
 	s.Close()
 	ln.Close()
 	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
-		devices.mu.Lock()
-		refs, n := 0, len(devices.m)
-		for _, d := range devices.m {
-			refs += d.refs
+		devs := device.All()
+		refs, n := 0, len(devs)
+		for _, d := range devs {
+			refs += d.Refs()
 		}
-		devices.mu.Unlock()
 		if n == 1 && refs == 0 {
 			break // the buffer alone holds the device
 		}

@@ -4,16 +4,16 @@ package rdma
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/poller"
 )
 
 // Host tests of device.go's pure parts: the Config's share for the pollers
-// and the buffer pool's size classes.
+// and the defaults the device's buffer pool resolves.
 
 func TestPollerConfig(t *testing.T) {
 	for mode, want := range map[PollMode]poller.Mode{
@@ -46,7 +46,7 @@ func TestPollerConfig(t *testing.T) {
 
 // The zero values Config resolves outside withDefaults: MaxMessageSize (the
 // pool's largest buffer, 4 MiB or BufferSize if larger) and PoolMaxBytes
-// (the buffer pool's default) come from the pool poolClasses describes.
+// (the buffer pool's default) come from the pool device.PoolClasses describes.
 func TestConfigZeroResolvedLater(t *testing.T) {
 	for _, tc := range []struct {
 		bufSize, maxSize int
@@ -57,7 +57,7 @@ func TestConfigZeroResolvedLater(t *testing.T) {
 		{8 << 20, 8 << 20},
 	} {
 		cfg := (&Config{BufferSize: tc.bufSize}).withDefaults()
-		pool, err := buffer.NewPool(nil, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: poolClasses(cfg.BufferSize)})
+		pool, err := buffer.NewPool(nil, buffer.Options{MaxBytes: cfg.PoolMaxBytes, Classes: device.PoolClasses(cfg.BufferSize)})
 		if err != nil {
 			t.Fatalf("BufferSize %d: a pool with the default PoolMaxBytes: %v", tc.bufSize, err)
 		}
@@ -65,35 +65,5 @@ func TestConfigZeroResolvedLater(t *testing.T) {
 			t.Errorf("BufferSize %d: largest pool buffer (the default MaxMessageSize) %d, want %d", tc.bufSize, got, tc.maxSize)
 		}
 		pool.Close()
-	}
-}
-
-func TestPoolClasses(t *testing.T) {
-	powers := []int{256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}
-	if got := poolClasses(32 << 10); !slices.Equal(got, []int{256, 1 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20}) {
-		t.Fatalf("poolClasses(32 KiB) = %v", got)
-	}
-	for _, bs := range []int{64, 65, 100, 255, 256, 257, 1000, 1 << 10, 4097, 32 << 10, 1<<20 + 1, 3 << 20, 4 << 20, 4<<20 + 1, 16 << 20} {
-		got := poolClasses(bs)
-		// The buffer pool's own rule: positive and strictly ascending.
-		if _, err := buffer.NewPool(nil, buffer.Options{Classes: got, MaxBytes: 1 << 30}); err != nil {
-			t.Errorf("poolClasses(%d) = %v: %v", bs, got, err)
-		}
-		// The connections' buffer size is a class, so their rings waste nothing.
-		if !slices.Contains(got, bs) {
-			t.Errorf("poolClasses(%d) = %v: the buffer size is not a class", bs, got)
-		}
-		// Every power of four from 256 B to 4 MiB stays, and nothing else is added.
-		for _, p := range powers {
-			if !slices.Contains(got, p) {
-				t.Errorf("poolClasses(%d) = %v: %d missing", bs, got, p)
-			}
-		}
-		if want := len(powers) + 1; !slices.Contains(powers, bs) && len(got) != want {
-			t.Errorf("poolClasses(%d) = %v: %d classes, want %d", bs, got, len(got), want)
-		}
-		if slices.Contains(powers, bs) && len(got) != len(powers) {
-			t.Errorf("poolClasses(%d) = %v: a power of four added twice", bs, got)
-		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -79,7 +80,7 @@ func TestAsyncQPError(t *testing.T) {
 			errc := blockedCalls(c1)
 			time.Sleep(rdmatest.Scale(50 * time.Millisecond))
 			before := c1.Stats().DeviceEvents
-			c1.dev.handleAsync(verbs.AsyncEvent{Type: typ, QPN: c1.ep.qp.Num})
+			c1.dev.HandleAsync(verbs.AsyncEvent{Type: typ, QPN: c1.ep.qp.Num})
 			expectErrors(t, "blocked on the failed QP", errc, 2, syscall.ECONNABORTED)
 			if _, err := c1.Write([]byte("x")); !errors.Is(err, syscall.ECONNABORTED) {
 				t.Errorf("Write after the event: %v, want ECONNABORTED", err)
@@ -103,7 +104,7 @@ func TestAsyncCQError(t *testing.T) {
 	p := c.ep.poller
 	errc := blockedCalls(c)
 	time.Sleep(rdmatest.Scale(50 * time.Millisecond))
-	c.dev.handleAsync(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: p.CQ().Key()})
+	c.dev.HandleAsync(verbs.AsyncEvent{Type: verbs.EventCQErr, CQ: p.CQ().Key()})
 	expectErrors(t, "blocked on the failed CQ", errc, 2, syscall.ECONNABORTED)
 	if p.Err() == nil {
 		t.Fatal("the poller of the failed CQ is not marked failed")
@@ -132,11 +133,9 @@ func TestAsyncDeviceFatal(t *testing.T) {
 	defer ln.Close()
 	defer s.Close()
 	defer c.Close()
-	key := c.dev.key
+	key := c.dev.Key()
 	defer func() {
-		devices.mu.Lock()
-		delete(fatalDevices, key)
-		devices.mu.Unlock()
+		device.ForgetFatal(key)
 	}()
 	errc := blockedCalls(c)
 	accepted := make(chan error, 1)
@@ -145,7 +144,7 @@ func TestAsyncDeviceFatal(t *testing.T) {
 		accepted <- err
 	}()
 	time.Sleep(rdmatest.Scale(50 * time.Millisecond))
-	c.dev.handleAsync(verbs.AsyncEvent{Type: verbs.EventDeviceFatal})
+	c.dev.HandleAsync(verbs.AsyncEvent{Type: verbs.EventDeviceFatal})
 	expectErrors(t, "blocked on the failed device", errc, 2, ErrNoDevice)
 	expectErrors(t, "Accept on the failed device", accepted, 1, ErrNoDevice)
 	start := time.Now()

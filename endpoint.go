@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
@@ -22,7 +23,7 @@ import (
 // (window.go) up to the Config's sizes, which the QP, the CQ entries and
 // the connection's bookkeeping are sized for from the start.
 type endpoint struct {
-	dev     *device
+	dev     *device.Device
 	poller  *poller.Poller
 	token   uint64 // the connection's token, already shifted into wr_id position
 	entries int    // CQ entries reserved on the poller
@@ -52,13 +53,13 @@ type endpoint struct {
 	remoteAtomic           bool // the QP accepts the peer's atomics (both sides have them)
 	closed                 bool
 
-	// The QP pool (qppool.go).
-	shape       qpShape       // the QP's queue sizes and inline request
-	reused      bool          // the QP came from the pool
-	established bool          // the connection was established: its QP may go back to the pool
-	parked      pooledQP      // the QP, reset and handed off, waiting for TIMEWAIT_EXIT
-	parkDev     *device       // the device reference the parked QP holds
-	twExit      chan struct{} // closed at the id's TIMEWAIT_EXIT (or when it can no longer come)
+	// The QP pool (qpreuse.go; the pool is the device's).
+	shape       device.QPShape  // the QP's queue sizes and inline request
+	reused      bool            // the QP came from the pool
+	established bool            // the connection was established: its QP may go back to the pool
+	parked      device.PooledQP // the QP, reset and handed off, waiting for TIMEWAIT_EXIT
+	parkDev     *device.Device  // the device reference the parked QP holds
+	twExit      chan struct{}   // closed at the id's TIMEWAIT_EXIT (or when it can no longer come)
 	twOnce      sync.Once
 	twLost      atomic.Bool // twExit was closed without a TIMEWAIT_EXIT
 	// noReuse: a memory window bound on the QP failed to deallocate, so
@@ -123,13 +124,13 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if err = e.dev.usable(id.PortNum()); err != nil {
+	if err = e.dev.Usable(id.PortNum()); err != nil {
 		return nil, err // fail fast: the port is down, or the device failed
 	}
 	st.step("acquire device")
 	// The device's attributes do not change (queried once per device); the
-	// port's may, and are cached a short while (portcache.go).
-	if e.lim, err = e.dev.portLimits(id.PortNum(), false); err != nil {
+	// port's may, and are cached a short while (internal/device).
+	if e.lim, err = e.dev.Ports.Limits(id.PortNum(), false); err != nil {
 		return nil, err
 	}
 	st.step("port limits")
@@ -150,25 +151,25 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 // device that refused the inline request gave QPs without inline room:
 // the pool is searched for those too.
 func (e *endpoint) takeQP(h poller.Handler, st *stepTimer) error {
-	shape := qpShape{sendWR: e.sqDepth, recvWR: e.maxRecv, inline: inlineRequest}
-	noInline := qpShape{sendWR: e.sqDepth, recvWR: e.maxRecv}
+	shape := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv, Inline: inlineRequest}
+	noInline := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv}
 	if e.reused = e.takePooledQP(shape, h) || e.takePooledQP(noInline, h); e.reused {
 		st.step("QP from pool")
 		return nil
 	}
-	p, tok, err := e.dev.pollers.Attach(h, e.entries)
+	p, tok, err := e.dev.Pollers.Attach(h, e.entries)
 	if err != nil {
 		return err
 	}
 	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
 	st.step("attach poller")
 	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
-		SendWR: shape.sendWR, RecvWR: shape.recvWR, InlineData: shape.inline}
-	if e.qp, qpc, err = createQP(e.dev.pd.CreateQP, qpc); err != nil {
+		SendWR: shape.SendWR, RecvWR: shape.RecvWR, InlineData: shape.Inline}
+	if e.qp, qpc, err = createQP(e.dev.PD.CreateQP, qpc); err != nil {
 		return err
 	}
-	e.shape = qpShape{sendWR: qpc.SendWR, recvWR: qpc.RecvWR, inline: qpc.InlineData}
-	e.dev.qps.count(func(st *qpPoolStats) { st.Created++ })
+	e.shape = device.QPShape{SendWR: qpc.SendWR, RecvWR: qpc.RecvWR, Inline: qpc.InlineData}
+	e.dev.QPs.Count(func(st *device.QPPoolStats) { st.Created++ })
 	st.step("create QP")
 	return nil
 }
@@ -178,21 +179,21 @@ func (e *endpoint) takeQP(h poller.Handler, st *stepTimer) error {
 // rings.go). On failure newEndpoint's cleanup frees what was taken.
 func (e *endpoint) allocRings(cfg *Config) error {
 	for range initialWindow(cfg) + ctlRecvReserve {
-		b, err := e.dev.pool.Get(e.bufSize)
+		b, err := e.dev.Pool.Get(e.bufSize)
 		if err != nil {
 			return err
 		}
 		e.recv = append(e.recv, b)
 	}
 	for range min(initialSendBuffers, e.maxSend) {
-		b, err := e.dev.pool.Get(e.bufSize)
+		b, err := e.dev.Pool.Get(e.bufSize)
 		if err != nil {
 			return err
 		}
 		e.send = append(e.send, b)
 	}
 	var err error
-	e.rvDesc, err = e.dev.pool.Get(e.maxMsgs * wire.RendezvousLen)
+	e.rvDesc, err = e.dev.Pool.Get(e.maxMsgs * wire.RendezvousLen)
 	return err
 }
 
@@ -228,8 +229,8 @@ func (e *endpoint) moveQP(id *rdmacm.ID, states ...verbs.QPState) error {
 		mask = e.configure(s, &attr, mask)
 		if mask&verbs.AttrPathMTU != 0 && e.lim.ActiveMTU != 0 && attr.PathMTU > e.lim.ActiveMTU {
 			// rdma_cm's path follows the netdev's MTU; the cached port may
-			// predate a raise of it (portcache.go): ask the device again.
-			if lim, err := e.dev.portLimits(id.PortNum(), true); err == nil {
+			// predate a raise of it (internal/device): ask the device again.
+			if lim, err := e.dev.Ports.Limits(id.PortNum(), true); err == nil {
 				e.lim = lim
 			}
 		}
@@ -362,7 +363,7 @@ func (e *endpoint) close() error {
 	}
 	if e.dev != nil {
 		if e.parkDev == nil {
-			e.dev.release()
+			e.dev.Release()
 		}
 		e.dev = nil
 	}

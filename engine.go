@@ -5,7 +5,6 @@ package rdma
 import (
 	"context"
 	"errors"
-	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"os"
 	"sync"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
@@ -33,7 +34,7 @@ type engine struct {
 	ch           *rdmacm.Channel // the connection's own event channel
 	id           *rdmacm.ID
 	ep           *endpoint
-	dev          *device
+	dev          *device.Device
 	port         uint8 // the device port the connection runs on
 	peerBufSize  int   // chunk size for sends: the peer's receive buffer size, capped by ours
 	// features are the optional protocol features both sides announced
@@ -123,7 +124,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	c.recvPosted = len(ep.recv)
 	c.dev = ep.dev
 	c.initMessages()
-	c.dev.addConn(c)
+	c.dev.Add(c.member())
 	return conn, nil
 }
 
@@ -137,8 +138,8 @@ func (c *engine) setPeer(peer wire.Hello) {
 	c.ep.remoteAtomic = peer.Features&wire.FeatureAtomics != 0
 	c.stream.credits = int(peer.Credits)
 	c.rdv.peerMaxMsg = c.peerBufSize
-	if c.dev.windows && int(peer.MaxMsgSize) > c.peerBufSize {
-		c.rdv.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.pool.MaxSize()) // larger ones go by rendezvous
+	if c.dev.Windows && int(peer.MaxMsgSize) > c.peerBufSize {
+		c.rdv.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.Pool.MaxSize()) // larger ones go by rendezvous
 	}
 	c.mu.Unlock()
 }
@@ -161,12 +162,12 @@ func (c *engine) abort() {
 	c.mu.Lock()
 	c.released = true
 	c.mu.Unlock()
-	c.dev.removeConn(c)
+	c.dev.Remove(c.member())
 	c.ep.close() // the QP first: receives may be posted
 	c.mu.Lock()
 	c.freeRecvRingLocked()
 	c.mu.Unlock()
-	c.dev.bufReturned()
+	c.dev.BufReturned()
 }
 
 // freeRecvRingLocked returns the receive buffers to the pool; those lent to
@@ -281,7 +282,7 @@ func (c *engine) release() error {
 	if c.chanUser.Load() {
 		c.ep.poller.RemoveChannelUser()
 	}
-	c.dev.removeConn(c)
+	c.dev.Remove(c.member())
 	err := c.ep.close() // destroys the QP: nothing touches our memory after this
 	c.mu.Lock()
 	c.freeRecvRingLocked()
@@ -289,10 +290,10 @@ func (c *engine) release() error {
 	for _, b := range rel {
 		b.Release()
 	}
-	c.dev.bufReturned() // the device may have been waiting for these
+	c.dev.BufReturned() // the device may have been waiting for these
 	if c.ep.parkDev != nil {
 		// The QP, reset, goes to the device's pool at the id's
-		// TIMEWAIT_EXIT (qppool.go): the event loop ends here, and the id
+		// TIMEWAIT_EXIT (qpreuse.go): the event loop ends here, and the id
 		// waits for it on the timewait channel, not on the Conn's own.
 		c.eventsStop()
 		<-c.eventsDone
@@ -401,7 +402,7 @@ func (c *engine) eventLoop(ctx context.Context) {
 			}
 			c.mu.Unlock()
 		case rdmacm.EventTimewaitExit:
-			c.ep.timewaitExit() // the QP may be reused (qppool.go)
+			c.ep.timewaitExit() // the QP may be reused (qpreuse.go)
 		}
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/verbline/rdma/internal/lendq"
 	"io"
 	"net"
 	"os"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/lendq"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
@@ -102,7 +102,7 @@ func (c *engine) alloc(n int) (buffer.Buf, error) {
 	if c.isClosed() {
 		return buffer.Buf{}, net.ErrClosed
 	}
-	b, err := c.dev.pool.Get(n)
+	b, err := c.dev.Pool.Get(n)
 	if errors.Is(err, buffer.ErrExhausted) {
 		err = fmt.Errorf("%w; the limit is Config.PoolMaxBytes of the device's first connection", err)
 	}
@@ -139,10 +139,10 @@ func (c *engine) recv(ctx context.Context) (buffer.Buf, error) { return receive(
 // buffer.Pool of the application's) has no keys here. Zero-copy only for
 // the connection's own buffers (Alloc). On error b is released.
 func (c *engine) ownBuf(b buffer.Buf) (buffer.Buf, error) {
-	if !b.Valid() || c.dev.pool.Owns(b) {
+	if !b.Valid() || c.dev.Pool.Owns(b) {
 		return b, nil
 	}
-	nb, err := c.dev.pool.Get(b.Len())
+	nb, err := c.dev.Pool.Get(b.Len())
 	if err != nil {
 		b.Release()
 		return buffer.Buf{}, fmt.Errorf("copying a buffer from another pool into this connection's: %w", err)
@@ -174,7 +174,7 @@ func (c *engine) send(ctx context.Context, b buffer.Buf, async bool, id uint64) 
 		}
 		defer func() {
 			if exact != nil {
-				c.dev.closeLendMR(exact)
+				c.dev.CloseLendMR(exact)
 			}
 		}()
 	}
@@ -216,7 +216,7 @@ func (c *engine) checkMessageSizeLocked(n int) error {
 	if n <= c.rdv.peerMaxMsg {
 		return nil
 	}
-	if !c.dev.windows {
+	if !c.dev.Windows {
 		return fmt.Errorf("%w: %d bytes, limit %d (the peer's receive buffer size: this device has no type 2 "+
 			"memory windows to lend a larger message through)", ErrMessageTooLarge, n, c.rdv.peerMaxMsg)
 	}
@@ -406,7 +406,7 @@ func (c *engine) recycleRecv(idx int, b buffer.Buf) {
 	if c.released {
 		if c.ringFreed { // else release frees it with the ring
 			b.Free() // the connection is gone: back to the pool
-			c.dev.bufReturned()
+			c.dev.BufReturned()
 		}
 		return
 	}

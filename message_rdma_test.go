@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testhooks"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -419,9 +421,9 @@ func TestOneSidedForged(t *testing.T) {
 func TestZeroAllocs(t *testing.T) {
 	// Allocation-site tracking records a stack per Get; the device set up
 	// here runs without it (the previous test's device is gone by now).
-	trackAllocations = false
+	testhooks.TrackAllocations.Store(false)
 	c, s, ln := connPair(t, nil)
-	trackAllocations = true
+	testhooks.TrackAllocations.Store(true)
 	defer ln.Close()
 	defer c.Close()
 	defer s.Close()
@@ -729,7 +731,7 @@ func settledInUse(t *testing.T, c *Conn) int64 {
 		c.mu.Lock()
 		out = c.rdv.out
 		c.mu.Unlock()
-		got := c.dev.pool.Stats().InUseBytes
+		got := c.dev.Pool.Stats().InUseBytes
 		if out == 0 && got == last {
 			return got
 		}
@@ -771,7 +773,7 @@ func TestLargeMessagePoolExhausted(t *testing.T) {
 	held[0].Release()
 	held[1].Release()
 	held = held[2:]
-	exhausted := c.dev.pool.Stats().Exhausted
+	exhausted := c.dev.Pool.Stats().Exhausted
 	var msgs []buffer.Buf
 	for i := 0; i < 2; i++ {
 		b, err := c.Alloc(size)
@@ -796,7 +798,7 @@ func TestLargeMessagePoolExhausted(t *testing.T) {
 		t.Fatalf("a %d-byte message arrived although the receiver's pool was exhausted", m.Len())
 	case <-time.After(rdmatest.Scale(300 * time.Millisecond)):
 	}
-	if got := c.dev.pool.Stats().Exhausted; got == exhausted {
+	if got := c.dev.Pool.Stats().Exhausted; got == exhausted {
 		t.Fatal("the receiver did not find the pool exhausted")
 	}
 	held[0].Release() // room for the first; its done frees the sender's buffer for the second
@@ -821,10 +823,8 @@ func waitNoDevice(t *testing.T) {
 	t.Helper()
 	rdmatest.Require(t)
 	for deadline := time.Now().Add(rdmatest.Scale(3 * time.Second)); ; time.Sleep(10 * time.Millisecond) {
-		flushLingeringDevices() // a device kept for the next connection would keep its Config
-		devices.mu.Lock()
-		n := len(devices.m)
-		devices.mu.Unlock()
+		device.FlushLingering() // a device kept for the next connection would keep its Config
+		n := len(device.All())
 		if n == 0 {
 			return
 		}
@@ -1176,7 +1176,7 @@ func TestExportScopedToConnection(t *testing.T) {
 	c2, s2 := dialAgain(t, ln, nil)
 	defer c2.Close()
 	defer s2.Close()
-	if !s1.dev.windows {
+	if !s1.dev.Windows {
 		t.Fatal("the device has no type 2 memory windows")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))

@@ -5,6 +5,7 @@ package rdma
 import (
 	"sync/atomic"
 
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -74,10 +75,10 @@ func (k *connCounters) addArrived(a *arrivedCounts) {
 // registerConn adds an established connection to the process's metrics;
 // unregisterConn removes it once closed, keeping its counts in its
 // device's totals.
-func registerConn(c *engine)   { metricsReg.addConn(c, c.dev) }
+func registerConn(c *engine)   { metricsReg.addConn(c, deviceCounts{c.dev}) }
 func unregisterConn(c *engine) { metricsReg.removeConn(c) }
 
-func (c *engine) metricsDevice() string { return c.dev.ctx.Name() }
+func (c *engine) metricsDevice() string { return c.dev.Name() }
 
 // readCounters adds the connection's own counts: its QP's posts and its
 // payload, messages and stalls (the poller counts are the device's).
@@ -93,15 +94,18 @@ func (c *engine) readCounters(k *Counters) {
 	k.BufferBytes += c.ringBytes()
 }
 
-func (d *device) metricsDevice() string { return d.ctx.Name() }
+// deviceCounts is a device as the metrics read it (a deviceSource).
+type deviceCounts struct{ d *device.Device }
+
+func (m deviceCounts) metricsDevice() string { return m.d.Name() }
 
 // readCounters adds the device's pollers' counts and its pool's.
-func (d *device) readCounters(k *Counters) {
-	for _, p := range d.pollers.Pollers() {
+func (m deviceCounts) readCounters(k *Counters) {
+	for _, p := range m.d.Pollers.Pollers() {
 		k.ConnStats.add(pollerStats(p.Stats()))
 	}
-	k.DeviceEvents += d.events.Load()
-	ps := d.pool.Stats()
+	k.DeviceEvents += m.d.Events()
+	ps := m.d.Pool.Stats()
 	k.PoolMappedBytes += ps.ArenaBytes
 	k.PoolInUseBytes += ps.InUseBytes
 	k.PoolExhausted += ps.Exhausted
@@ -109,11 +113,7 @@ func (d *device) readCounters(k *Counters) {
 
 // metricsGone reports whether the device was torn down (or is being: its
 // counts no longer matter).
-func (d *device) metricsGone() bool {
-	devices.mu.Lock()
-	defer devices.mu.Unlock()
-	return devices.m[d.key] != d
-}
+func (m deviceCounts) metricsGone() bool { return !m.d.Registered() }
 
 // postStats is the post counters of q, the part of a ConnStats a QP keeps.
 func postStats(q *verbs.QP) ConnStats {
@@ -140,6 +140,6 @@ func (c *engine) keepaliveProbes() uint64 {
 func (c *engine) stats() ConnStats {
 	st := postStats(c.ep.qp)
 	st.add(pollerStats(c.ep.poller.Stats()))
-	st.KeepaliveProbes, st.DeviceEvents, st.BufferBytes = c.keepaliveProbes(), c.dev.events.Load(), c.ringBytes()
+	st.KeepaliveProbes, st.DeviceEvents, st.BufferBytes = c.keepaliveProbes(), c.dev.Events(), c.ringBytes()
 	return st
 }

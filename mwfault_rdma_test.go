@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
@@ -39,7 +40,7 @@ func TestWindowFaultQPNotPooled(t *testing.T) {
 			defer ln.Close()
 			defer s.Close()
 			defer c.Close()
-			if !c.dev.windows {
+			if !c.dev.Windows {
 				t.Fatal("the device has no type 2 memory windows")
 			}
 			d := c.dev
@@ -60,7 +61,7 @@ func TestWindowFaultQPNotPooled(t *testing.T) {
 			}
 			// The peer's QP returns at its TIMEWAIT_EXIT; ours returns too
 			// unless a window failed.
-			waitPool(t, d, "the peer's QP returned", func(qpPoolStats, int) bool {
+			waitPool(t, d, "the peer's QP returned", func(device.QPPoolStats, int) bool {
 				p := pooledNums(d)
 				return p[peerNum] && (tc.fault || p[num])
 			})

@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/verbline/rdma/internal/lendq"
 	"net"
 	"os"
 	"sync"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/lendq"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -55,8 +55,8 @@ type exported struct {
 func (e *Export) open(rights verbs.AccessFlags) error {
 	c, b := e.c, e.buf
 	var err error
-	if !c.dev.windows {
-		if e.mr, err = c.dev.pd.RegMR(b.Bytes(), verbs.AccessLocalWrite|rights); err != nil {
+	if !c.dev.Windows {
+		if e.mr, err = c.dev.PD.RegMR(b.Bytes(), verbs.AccessLocalWrite|rights); err != nil {
 			return err
 		}
 		e.remote = RemoteBuf{Addr: e.mr.Addr(), Len: uint32(b.Len()), RKey: e.mr.RKey}
@@ -65,10 +65,10 @@ func (e *Export) open(rights verbs.AccessFlags) error {
 	// A registration of exactly these bytes (with no remote rights of its
 	// own): some providers (Soft-RoCE) bound a window's accesses by its
 	// MR rather than the window, so the MR must not reach further.
-	if e.mr, err = c.dev.pd.RegMR(b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+	if e.mr, err = c.dev.PD.RegMR(b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
 		return err
 	}
-	if e.mw, err = c.dev.pd.AllocMW(); err != nil {
+	if e.mw, err = c.dev.PD.AllocMW(); err != nil {
 		return err
 	}
 	rkey, err := c.bindWindow(e.mw, e.mr, b, rights)

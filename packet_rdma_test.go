@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/verbline/rdma/internal/testhooks"
 	"net"
 	"net/netip"
 	"os"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testhooks"
 	"github.com/verbline/rdma/internal/wire"
 )
 
@@ -704,9 +704,9 @@ func TestPacketPeerCache(t *testing.T) {
 // TestPacketZeroAllocs: the copying and the zero-copy forms allocate
 // nothing per datagram once warm.
 func TestPacketZeroAllocs(t *testing.T) {
-	trackAllocations = false
+	testhooks.TrackAllocations.Store(false)
 	a, b := packetPair(t, nil)
-	trackAllocations = true
+	testhooks.TrackAllocations.Store(true)
 	ctx := context.Background()
 	to := b.LocalAddr().(*Addr).AddrPort
 	buf := make([]byte, 64)

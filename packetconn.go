@@ -6,10 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/verbline/rdma/internal/cmsetup"
-	"github.com/verbline/rdma/internal/deadline"
-	"github.com/verbline/rdma/internal/hints"
-	"github.com/verbline/rdma/internal/testhooks"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -20,9 +16,14 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/coarseclock"
+	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/device"
+	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
+	"github.com/verbline/rdma/internal/testhooks"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -37,7 +38,7 @@ type udEndpoint struct {
 	ap           netip.AddrPort
 	ch           *rdmacm.UDChannel
 	id           *rdmacm.ID // bound in the UDP port space; answers address resolutions
-	dev          *device
+	dev          *device.Device
 	poller       *poller.Poller
 	token        uint64
 	entries      int
@@ -253,13 +254,13 @@ func (p *udEndpoint) setupQP(cfg *Config) error {
 	p.nRecv, p.nSend = cfg.RecvBuffers, cfg.SendBuffers
 	p.repostBatch = max(1, min(16, p.nRecv/8))
 	p.entries = p.nRecv + p.nSend
-	pl, tok, err := p.dev.pollers.Attach(p.handleCompletions, p.entries)
+	pl, tok, err := p.dev.Pollers.Attach(p.handleCompletions, p.entries)
 	if err != nil {
 		return err
 	}
 	p.poller, p.token = pl, uint64(tok)<<poller.TokenShift
 	qpc := verbs.QPConfig{SendCQ: pl.CQ(), RecvCQ: pl.CQ(), SendWR: p.nSend, RecvWR: p.nRecv, InlineData: inlineRequest}
-	if p.qp, _, err = createQP(p.dev.pd.CreateUDQP, qpc); err != nil {
+	if p.qp, _, err = createQP(p.dev.PD.CreateUDQP, qpc); err != nil {
 		return err
 	}
 	p.maxInline = p.qp.MaxInline
@@ -286,7 +287,7 @@ func (p *udEndpoint) setupQP(cfg *Config) error {
 // setupRings takes the send and receive buffers from the device's pool and
 // posts every receive.
 func (p *udEndpoint) setupRings() error {
-	pool := p.dev.pool
+	pool := p.dev.Pool
 	var err error
 	if p.recvHdr, err = pool.Get(p.nRecv * udHdrSlot); err != nil {
 		return err
@@ -799,7 +800,7 @@ func (p *udEndpoint) recycleRecv(idx int, b buffer.Buf) {
 	if p.released {
 		if p.ringFreed { // else teardown frees it with the ring
 			b.Free()
-			p.dev.bufReturned()
+			p.dev.BufReturned()
 		}
 		return
 	}
@@ -832,7 +833,7 @@ func (p *udEndpoint) peerFor(ctx context.Context, to netip.AddrPort, n int) (*ud
 		}
 		if ok {
 			if e.ah == nil {
-				ah, err := p.dev.pd.CreateAH(&e.attr)
+				ah, err := p.dev.PD.CreateAH(&e.attr)
 				if err != nil {
 					// The learned way back did not work: resolve instead.
 					p.peers.remove(to)
@@ -1018,7 +1019,7 @@ func (p *udEndpoint) resolveSIDR(to netip.AddrPort) (_ *udPeer, err error) {
 	if h, err := wire.ParseDatagramHeader(ev.PrivateData); err == nil {
 		e.maxPayload = min(e.maxPayload, int(h.MaxPayload))
 	}
-	if e.ah, err = p.dev.pd.CreateAH(&ev.AH); err != nil {
+	if e.ah, err = p.dev.PD.CreateAH(&ev.AH); err != nil {
 		return nil, fmt.Errorf("address handle for %s: %w", to, err)
 	}
 	p.resolutions.Add(1)
@@ -1153,8 +1154,8 @@ func (p *udEndpoint) teardown() error {
 	<-p.eventsDone
 	errs = append(errs, p.ch.Close())
 	if p.dev != nil {
-		p.dev.release()
-		p.dev.bufReturned()
+		p.dev.Release()
+		p.dev.BufReturned()
 	}
 	if p.clock {
 		coarseclock.Release()
@@ -1182,7 +1183,7 @@ func (p *udEndpoint) alloc(n int) (buffer.Buf, error) {
 	if p.isClosed() {
 		return buffer.Buf{}, net.ErrClosed
 	}
-	return p.dev.pool.Get(n)
+	return p.dev.Pool.Get(n)
 }
 
 // sendTo sends b by reference; b is the endpoint's whatever the outcome.

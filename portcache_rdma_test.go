@@ -19,14 +19,14 @@ func TestPortCache(t *testing.T) {
 	d := keep.dev
 	port := keep.port
 
-	// The dials below come well within portCacheTTL of each other only if
+	// The dials below come well within the cache's TTL of each other only if
 	// the guest is not stalled; a stall shows as extra queries, so count
 	// the dials that found the port cached instead of requiring all.
-	q0 := d.portQueries()
+	q0 := d.Ports.Queries()
 	for i := range 4 {
 		dialEcho(t, ln, i).Close()
 	}
-	if got := d.portQueries() - q0; got >= 8 { // 4 dials, 2 ends each on this device
+	if got := d.Ports.Queries() - q0; got >= 8 { // 4 dials, 2 ends each on this device
 		t.Errorf("8 connection ends queried the port %d times: the cache was not used", got)
 	} else {
 		t.Logf("8 connection ends, %d port queries", got)
@@ -34,22 +34,20 @@ func TestPortCache(t *testing.T) {
 
 	// A port event (here a GID change, as when an address is added to the
 	// netdev) drops the entry: the next connection end queries the port.
-	d.handleAsync(verbs.AsyncEvent{Type: verbs.EventGIDChange, Port: port})
-	d.ports.mu.Lock()
-	_, cached := d.ports.ports[port]
-	d.ports.mu.Unlock()
+	d.HandleAsync(verbs.AsyncEvent{Type: verbs.EventGIDChange, Port: port})
+	_, cached := d.Ports.Cached(port)
 	if cached {
 		t.Fatal("a GID change event left the port's limits cached")
 	}
-	q1 := d.portQueries()
+	q1 := d.Ports.Queries()
 	dialEcho(t, ln, 10).Close()
-	if d.portQueries() == q1 {
+	if d.Ports.Queries() == q1 {
 		t.Error("after a GID change event, a new connection did not query the port")
 	}
 
 	// A stale active MTU (256, the smallest) below the path's: the dial
 	// must query the port again at RTR and succeed with the real MTU.
-	lim, err := d.portLimits(port, false)
+	lim, err := d.Ports.Limits(port, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,21 +55,19 @@ func TestPortCache(t *testing.T) {
 		t.Fatalf("the port's active MTU is %v: no smaller value to make stale (the test needs a netdev MTU above 256)", lim.ActiveMTU)
 	}
 	stale := func() {
-		d.ports.mu.Lock()
-		cp := d.ports.ports[port]
-		cp.lim.ActiveMTU = verbs.MTU256
-		d.ports.ports[port] = cp
-		d.ports.mu.Unlock()
+		l := lim
+		l.ActiveMTU = verbs.MTU256
+		d.Ports.Replace(port, l)
 	}
 	stale()
-	q2 := d.portQueries()
+	q2 := d.Ports.Queries()
 	c := dialEcho(t, ln, 11)
 	defer c.Close()
 	info, err := c.QPInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.portQueries() == q2 {
+	if d.Ports.Queries() == q2 {
 		t.Error("a path MTU above the cached active MTU did not make the dial query the port")
 	}
 	if info.PathMTU <= 256 {

@@ -5,11 +5,14 @@ package rdma
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/verbs"
 )
@@ -19,14 +22,10 @@ import (
 // use the defaults (a pool of 64) or change the device's settings directly.
 
 // poolStats returns a copy of d's QP pool counters and its size.
-func poolStats(d *device) (qpPoolStats, int) {
-	var st qpPoolStats
-	d.qps.count(func(s *qpPoolStats) { st = *s })
-	return st, d.qps.len()
-}
+func poolStats(d *device.Device) (device.QPPoolStats, int) { return d.QPs.Stats() }
 
 // waitPool waits until cond holds for d's QP pool counters.
-func waitPool(t *testing.T, d *device, what string, cond func(qpPoolStats, int) bool) {
+func waitPool(t *testing.T, d *device.Device, what string, cond func(device.QPPoolStats, int) bool) {
 	t.Helper()
 	deadline := time.Now().Add(rdmatest.Scale(10 * time.Second))
 	for {
@@ -49,15 +48,9 @@ func logCMIDs(t *testing.T) {
 }
 
 // pooledNums is the QP numbers in d's pool.
-func pooledNums(d *device) map[uint32]bool {
-	d.qps.mu.Lock()
-	defer d.qps.mu.Unlock()
+func pooledNums(d *device.Device) map[uint32]bool {
 	m := map[uint32]bool{}
-	for _, l := range d.qps.free {
-		for _, q := range l {
-			m[q.qp.Num] = true
-		}
-	}
+	d.QPs.Each(func(q device.PooledQP) { m[q.QP.Num] = true })
 	return m
 }
 
@@ -125,7 +118,7 @@ func TestQPPoolReuse(t *testing.T) {
 	// Both ends (dialer and the echo server's) are on this device.
 	// Each end's QP returns at its own id's TIMEWAIT_EXIT: wait for both,
 	// or the next dial could take the second as it arrives.
-	waitPool(t, d, "the closed connection's QPs returned", func(qpPoolStats, int) bool {
+	waitPool(t, d, "the closed connection's QPs returned", func(device.QPPoolStats, int) bool {
 		p := pooledNums(d)
 		return p[num] && p[peerNum]
 	})
@@ -203,7 +196,7 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitPool(t, d, "the client's QP destroyed", func(st qpPoolStats, _ int) bool { return st.Destroyed > st0.Destroyed })
+	waitPool(t, d, "the client's QP destroyed", func(st device.QPPoolStats, _ int) bool { return st.Destroyed > st0.Destroyed })
 	if pooledNums(d)[num] {
 		t.Fatalf("QP 0x%x pooled without its TIMEWAIT_EXIT", num)
 	}
@@ -253,7 +246,7 @@ func TestQPPoolCrossedDisconnect(t *testing.T) {
 			t.Fatalf("%s: no TIMEWAIT_EXIT within 10 s (scaled) of crossed disconnect requests", w.side)
 		}
 	}
-	waitPool(t, d, "both QPs returned", func(st qpPoolStats, _ int) bool { return st.Returned >= st0.Returned+2 })
+	waitPool(t, d, "both QPs returned", func(st device.QPPoolStats, _ int) bool { return st.Returned >= st0.Returned+2 })
 }
 
 // TestQPPoolFailedConnReset: the QP of a connection that failed (its QP in
@@ -274,20 +267,19 @@ func TestQPPoolFailedConnReset(t *testing.T) {
 		t.Fatalf("the failed connection's QP is in %v (%v), want ERR", s, err)
 	}
 	a.Close() // its error is the test's
-	waitPool(t, d, "the failed connection's QP returned", func(st qpPoolStats, _ int) bool {
+	waitPool(t, d, "the failed connection's QP returned", func(st device.QPPoolStats, _ int) bool {
 		return st.Returned > st0.Returned && pooledNums(d)[num]
 	})
 	// Every pooled QP is in RESET on the device, not only in our records.
-	d.qps.mu.Lock()
-	for _, l := range d.qps.free {
-		for _, q := range l {
-			if s, err := q.qp.Query(); err != nil || s != verbs.StateReset {
-				d.qps.mu.Unlock()
-				t.Fatalf("pooled QP 0x%x is in %v (%v) on the device", q.qp.Num, s, err)
-			}
+	var notReset []string
+	d.QPs.Each(func(q device.PooledQP) {
+		if s, err := q.QP.Query(); err != nil || s != verbs.StateReset {
+			notReset = append(notReset, fmt.Sprintf("pooled QP 0x%x is in %v (%v) on the device", q.QP.Num, s, err))
 		}
+	})
+	if len(notReset) > 0 {
+		t.Fatal(strings.Join(notReset, "; "))
 	}
-	d.qps.mu.Unlock()
 	// Dial until the failed connection's QP leaves the pool: the dialer
 	// or the echo server's end of that connection took it (both ends are
 	// on this device), and the echoes below go through it either way.
@@ -328,15 +320,15 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 		conns = append(conns, dialEcho(t, ln, i))
 	}
 	d := conns[0].dev
-	d.qpMax.Store(3)
-	d.lingerFor.Store(int64(time.Hour)) // the linger ends by flushLingeringDevices below
+	d.QPMax.Store(3)
+	d.LingerFor.Store(int64(time.Hour)) // the linger ends by device.FlushLingering below
 	for _, c := range conns {
 		c.Close()
 	}
 	ln.Close()
 	wg.Wait()
 	// 8 QPs (both ends of 4 connections) retire: 3 kept, 5 destroyed.
-	waitPool(t, d, "all 8 QPs retired", func(st qpPoolStats, _ int) bool { return st.Returned+st.Destroyed >= 8 })
+	waitPool(t, d, "all 8 QPs retired", func(st device.QPPoolStats, _ int) bool { return st.Returned+st.Destroyed >= 8 })
 	st, n := poolStats(d)
 	if n != 3 || st.Returned != 3 || st.Destroyed != 5 {
 		t.Fatalf("pool bounded at 3: %d pooled, %+v", n, st)
@@ -347,10 +339,7 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 	qps := rdmatest.Resources(t)["qp"]
 
 	// No connection is left: the device lingers with its pool.
-	devices.mu.Lock()
-	lingering := devices.m[d.key] == d && d.refs == 0 && d.linger != nil
-	devices.mu.Unlock()
-	if !lingering {
+	if !d.Lingering() {
 		t.Fatal("the device did not linger after its last connection")
 	}
 	ln2 := listenTest(t, nil)
@@ -366,14 +355,12 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 	c.Close()
 	ln2.Close()
 	wg2.Wait()
-	waitPool(t, d, "the QPs back", func(_ qpPoolStats, n int) bool { return n == 3 })
+	waitPool(t, d, "the QPs back", func(_ device.QPPoolStats, n int) bool { return n == 3 })
 	rdmatest.Settle = settle
-	flushLingeringDevices() // as the linger's end does
+	device.FlushLingering() // as the linger's end does
 	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
 	for {
-		d.qps.mu.Lock()
-		poolClosed := d.qps.closed
-		d.qps.mu.Unlock()
+		poolClosed := d.QPs.Closed()
 		if st, n := poolStats(d); n == 0 && st.Drained == 3 && poolClosed {
 			break
 		}
@@ -388,11 +375,9 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 // pooledQPs is how many reset QPs the devices' pools hold: owned by the
 // devices, not leaked (the leak checks subtract them from the QP count).
 func pooledQPs() int {
-	devices.mu.Lock()
-	defer devices.mu.Unlock()
 	n := 0
-	for _, d := range devices.m {
-		n += d.qps.len()
+	for _, d := range device.All() {
+		n += d.QPs.Len()
 	}
 	return n
 }
@@ -418,17 +403,14 @@ func TestQPPoolConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := c.dev
-	if d.qpMax.Load() != 0 || d.lingerFor.Load() != 0 {
-		t.Fatalf("device settings: pool %d, linger %v; want 0, 0", d.qpMax.Load(), time.Duration(d.lingerFor.Load()))
+	if d.QPMax.Load() != 0 || d.LingerFor.Load() != 0 {
+		t.Fatalf("device settings: pool %d, linger %v; want 0, 0", d.QPMax.Load(), time.Duration(d.LingerFor.Load()))
 	}
 	c.Close()
 	// Both ends closed, nothing pooled, nothing lingers: the device goes.
 	deadline := time.Now().Add(rdmatest.Scale(5 * time.Second))
 	for {
-		devices.mu.Lock()
-		gone := devices.m[d.key] != d
-		devices.mu.Unlock()
-		if gone {
+		if !d.Registered() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -449,7 +431,7 @@ func TestQPPoolConfig(t *testing.T) {
 	}
 	defer nc.Close()
 	c = nc.(*Conn)
-	if d := c.dev; d.qpMax.Load() != 5 || time.Duration(d.lingerFor.Load()) != 3*time.Minute {
-		t.Fatalf("device settings: pool %d, linger %v; want 5, 3m", d.qpMax.Load(), time.Duration(d.lingerFor.Load()))
+	if d := c.dev; d.QPMax.Load() != 5 || time.Duration(d.LingerFor.Load()) != 3*time.Minute {
+		t.Fatalf("device settings: pool %d, linger %v; want 5, 3m", d.QPMax.Load(), time.Duration(d.LingerFor.Load()))
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/hints"
@@ -115,12 +114,12 @@ func (c *engine) unchargeLocked(n int64) {
 		return
 	}
 	c.rdv.held -= n
-	c.dev.unread.release(n)
+	c.dev.Unread.Release(n)
 }
 
 // maxRecvMessage is the largest message this side accepts (Config.MaxMessageSize).
 func (c *engine) maxRecvMessage() int {
-	limit := c.dev.pool.MaxSize()
+	limit := c.dev.Pool.MaxSize()
 	if m := c.cfg.MaxMessageSize; m > 0 {
 		limit = min(limit, m)
 	}
@@ -166,50 +165,15 @@ func (c *engine) initRendezvousOut() {
 // elsewhere it returns nil and the window is bound over b's arena. The MR
 // grants no remote access by itself.
 func (c *engine) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
-	if !c.dev.lendExact {
+	if !c.dev.LendExact {
 		return nil, nil
 	}
-	mr := c.dev.lendMRs.get()
-	if err := c.dev.pd.RegMRInto(mr, b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
-		c.dev.lendMRs.put(mr)
+	mr := c.dev.LendMR()
+	if err := c.dev.PD.RegMRInto(mr, b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+		c.dev.PutLendMR(mr)
 		return nil, hints.RegistrationError(err, b.Len(), fmt.Sprintf("registering a %d-byte message to lend it", b.Len()))
 	}
 	return mr, nil
-}
-
-// mrFreeList recycles the MR structures of lendRegistration, so that a
-// large message allocates nothing. It holds as many as were ever lent at
-// once on the device.
-type mrFreeList struct {
-	mu   sync.Mutex
-	free []*verbs.MR
-}
-
-func (l *mrFreeList) get() *verbs.MR {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n := len(l.free); n > 0 {
-		mr := l.free[n-1]
-		l.free = l.free[:n-1]
-		return mr
-	}
-	return new(verbs.MR)
-}
-
-func (l *mrFreeList) put(mr *verbs.MR) {
-	l.mu.Lock()
-	l.free = append(l.free, mr)
-	l.mu.Unlock()
-}
-
-// closeLendMR deregisters a registration made by lendRegistration on d.
-func (d *device) closeLendMR(mr *verbs.MR) {
-	if err := mr.Close(); err != nil {
-		e := err // only a failure's error goes to the heap
-		teardownErr.Store(&e)
-		return // not reusable
-	}
-	d.lendMRs.put(mr)
 }
 
 // sendRendezvousLocked lends b to the peer through send slot slot's window
@@ -223,7 +187,7 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	mw := c.rdv.mw[slot]
 	if mw == nil {
 		var err error
-		if mw, err = c.dev.pd.AllocMW(); err != nil {
+		if mw, err = c.dev.PD.AllocMW(); err != nil {
 			c.closeLendMRLocked(slot)
 			return err
 		}
@@ -231,7 +195,7 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	}
 	mr := exact
 	if mr == nil {
-		if mr = c.dev.reg.mr(b); mr == nil {
+		if mr = c.dev.ArenaMR(b); mr == nil {
 			return errors.New("rendezvous: the buffer's memory registration is gone")
 		}
 	}
@@ -250,7 +214,7 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 		AppendTo(c.ep.rvDesc.Full()[off:off])
 	ann := verbs.SendWR{Addr: c.ep.rvDesc.Addr() + uint64(off), Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(),
 		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.stream.pending))}
-	c.sqPushLocked(&ann, wrSendRv, slot, c.dev.quietBind())
+	c.sqPushLocked(&ann, wrSendRv, slot, c.dev.QuietBind())
 	c.sendq.ctlWR[0] = ann
 	if err := c.postBindSendLocked(&verbs.BindWR{WRID: bind.WRID, Flags: bind.Flags, MW: mw, MR: mr,
 		Addr: b.Addr(), Len: uint64(b.Len()), Access: verbs.AccessRemoteRead, RKey: rkey}, c.sendq.ctlWR[:]); err != nil {
@@ -270,7 +234,7 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 func (c *engine) closeLendMRLocked(slot int) {
 	if mr := c.rdv.mr[slot]; mr != nil {
 		c.rdv.mr[slot] = nil
-		c.dev.closeLendMR(mr)
+		c.dev.CloseLendMR(mr)
 	}
 }
 
@@ -352,13 +316,13 @@ func (c *engine) pumpRendezvousLocked() {
 			if c.rdv.held > 0 && c.rdv.held+n > c.cfg.MaxUnreadBytes {
 				return
 			}
-			if ok, _ := c.dev.unread.tryCharge(n, c.rdv.held == 0); !ok {
+			if ok, _ := c.dev.Unread.TryCharge(n, c.rdv.held == 0); !ok {
 				r.state = rvWaitPool
 				go c.awaitBuffer(idx, int(n), false)
 				return
 			}
 			c.rdv.held += n
-			b, err := c.dev.pool.TryGet(int(r.desc.Region.Len))
+			b, err := c.dev.Pool.TryGet(int(r.desc.Region.Len))
 			switch {
 			case errors.Is(err, buffer.ErrNoFree) || errors.Is(err, buffer.ErrExhausted):
 				// Wait off the poller, for a new arena (whose registration
@@ -401,20 +365,20 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 	// An arena, if the pool needs one, is registered at low priority
 	// (lowprio.go); with the pool at its limit, GetWait waits for a
 	// release.
-	_ = c.dev.slow.run(func() error { return c.dev.pool.Grow(n, 1) })
-	b, err := c.dev.pool.GetWait(c.rdv.ctx, n)
+	_ = c.dev.RunLowPriority(func() error { return c.dev.Pool.Grow(n, 1) })
+	b, err := c.dev.Pool.GetWait(c.rdv.ctx, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.released || c.rdv.in[idx].state != rvWaitPool {
 		if err == nil {
 			b.Free()
-			c.dev.bufReturned() // the device may be waiting for its last buffer
+			c.dev.BufReturned() // the device may be waiting for its last buffer
 		}
-		c.dev.unread.release(int64(n))
+		c.dev.Unread.Release(int64(n))
 		return
 	}
 	if err != nil {
-		c.dev.unread.release(int64(n))
+		c.dev.Unread.Release(int64(n))
 		if c.rdv.ctx.Err() == nil {
 			c.failLocked(fmt.Errorf("receiving a %d-byte message: %w", n, err))
 		}
@@ -433,7 +397,7 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 func (c *engine) awaitUnread(n int64) bool {
 	for {
 		c.mu.Lock()
-		ok, changed := c.dev.unread.tryCharge(n, c.rdv.held == 0)
+		ok, changed := c.dev.Unread.TryCharge(n, c.rdv.held == 0)
 		c.mu.Unlock()
 		if ok {
 			return true

@@ -178,9 +178,9 @@ func TestRendezvousKeyDiesWithConnection(t *testing.T) {
 		c.Close() // the message is lent: Close revokes its window
 		s.Close()
 		// Both QPs go to the pool at their TIMEWAIT_EXIT; the next pair takes them.
-		for dev.qps.len() < 2 {
+		for dev.QPs.Len() < 2 {
 			if ctx.Err() != nil {
-				t.Fatalf("the closed connection's QPs never reached the pool (%d there)", dev.qps.len())
+				t.Fatalf("the closed connection's QPs never reached the pool (%d there)", dev.QPs.Len())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

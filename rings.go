@@ -63,7 +63,7 @@ func (c *engine) takeFreeLocked(ring *[]buffer.Buf, n int) bool {
 	}
 	first := len(*ring)
 	for range n {
-		b, err := c.dev.pool.TryGet(c.ep.bufSize)
+		b, err := c.dev.Pool.TryGet(c.ep.bufSize)
 		if err != nil {
 			for _, b := range (*ring)[first:] {
 				b.Free()
@@ -94,7 +94,7 @@ func (c *engine) growPoolLocked(err error, need int) {
 	}
 	c.win.poolGrowing = true
 	go func() {
-		err := c.dev.slow.run(func() error { return c.dev.pool.Grow(c.ep.bufSize, need) })
+		err := c.dev.RunLowPriority(func() error { return c.dev.Pool.Grow(c.ep.bufSize, need) })
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.win.poolGrowing = false

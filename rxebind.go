@@ -2,13 +2,6 @@
 
 package rdma
 
-import (
-	"os"
-	"sync"
-
-	"github.com/verbline/rdma/internal/testhooks"
-)
-
 // Soft-RoCE (rxe) in Linux 6.1 re-executes a memory-window bind when it
 // retransmits: a retry (a lost packet or ACK, go-back-N) rewinds its
 // requester to the oldest work request not yet completed (req_retry in
@@ -31,44 +24,15 @@ import (
 // can decide on any retry. So on rxe a window is bound only into a send
 // queue this side knows to be empty (every request retired by a polled
 // completion); bindReadyLocked says when, and makes sure a completion is
-// coming when the newest request went unsignaled.
-
-// rxeDevices caches, by device key, whether a device is Soft-RoCE.
-var rxeDevices sync.Map
-
-// forceQuietBind applies the quiet-bind rule on every device (tests).
-var forceQuietBind bool
-
-// quietBind reports whether windows must be bound into an empty send
-// queue on d: Soft-RoCE devices.
-func (d *device) quietBind() bool {
-	if forceQuietBind {
-		return true
-	}
-	if testhooks.RXEBindAnytime.Load() { // the fault tests' control runs
-		return false
-	}
-	if v, ok := rxeDevices.Load(d.key); ok {
-		return v.(bool)
-	}
-	rxe := isSoftRoCE(d.ctx.Name())
-	rxeDevices.Store(d.key, rxe)
-	return rxe
-}
-
-// isSoftRoCE reports whether the named device is a Soft-RoCE (rxe) device:
-// those have a "parent" (their netdev) in sysfs that hardware devices do
-// not.
-func isSoftRoCE(name string) bool {
-	_, err := os.Stat("/sys/class/infiniband/" + name + "/parent")
-	return err == nil
-}
+// coming when the newest request went unsignaled. Whether a device is
+// Soft-RoCE is the device's to say (Device.QuietBind, internal/device's
+// quirks.go).
 
 // bindReadyLocked reports whether a memory window may be bound on this
 // connection's send queue now. If not, the caller waits for completions
 // (each batch of them broadcasts) and asks again. Called with c.mu held.
 func (c *engine) bindReadyLocked() bool {
-	if c.sendq.inFlight == 0 || c.qpDown || !c.dev.quietBind() {
+	if c.sendq.inFlight == 0 || c.qpDown || !c.dev.QuietBind() {
 		return true
 	}
 	if c.sendq.unsig > 0 && c.sqUsedLocked() < c.ep.sqDepth {

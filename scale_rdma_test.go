@@ -147,14 +147,14 @@ func TestManyConnections(t *testing.T) {
 		ring += c.Stats().BufferBytes
 	}
 	dev := conns[0].dev
-	pool := dev.pool.Stats()
+	pool := dev.Pool.Stats()
 	rss, g := procStatus(t, "VmRSS"), runtime.NumGoroutine()
 	perConn := float64(pool.InUseBytes) / float64(2*n)
 	t.Logf("%d connections (both ends here: %d Conns) set up in %v (%.0f/s); idle: pool in use %d MiB = %.0f KiB per Conn "+
 		"(its rings: client side %.0f KiB each); pool registered %d MiB; RSS %d MiB -> %d MiB; %d fds; %d pollers; "+
 		"goroutines %d -> %d (%.2f per Conn besides the echo server's one per accepted Conn)",
 		n, 2*n, setup, float64(n)/setup.Seconds(), pool.InUseBytes>>20, perConn/1024, float64(ring)/float64(n)/1024,
-		pool.ArenaBytes>>20, rssBefore>>10, rss>>10, openFDs(t), len(dev.pollers.Pollers()),
+		pool.ArenaBytes>>20, rssBefore>>10, rss>>10, openFDs(t), len(dev.Pollers.Pollers()),
 		gBefore, g, float64(g-gBefore-n)/float64(2*n))
 	if perConn > idleBudget {
 		t.Errorf("%.0f KiB pinned per idle connection, more than %d KiB", perConn/1024, idleBudget>>10)
@@ -215,7 +215,7 @@ func TestDialCycles(t *testing.T) {
 		cycle(i)
 	}
 	settle()
-	before, poolBefore := measure(), keep.dev.pool.Stats()
+	before, poolBefore := measure(), keep.dev.Pool.Stats()
 	start := time.Now()
 	for i := warm; i < n; i++ {
 		cycle(i)
@@ -224,14 +224,14 @@ func TestDialCycles(t *testing.T) {
 	// The server side of the last cycles closes after reading our end: give
 	// it until a deadline to come back to what the warm-up left, rather
 	// than a fixed pause (the guest is slow and shared).
-	after, poolAfter := measure(), keep.dev.pool.Stats()
+	after, poolAfter := measure(), keep.dev.Pool.Stats()
 	for deadline := time.Now().Add(rdmatest.Scale(5 * time.Second)); time.Now().Before(deadline); {
 		if after.goroutines <= before.goroutines && after.fds <= before.fds && after.qps <= before.qps &&
 			poolAfter.InUseBytes <= poolBefore.InUseBytes {
 			break
 		}
 		time.Sleep(rdmatest.Scale(20 * time.Millisecond))
-		after, poolAfter = measure(), keep.dev.pool.Stats()
+		after, poolAfter = measure(), keep.dev.Pool.Stats()
 	}
 	t.Logf("%d cycles in %v: %.1f ms per dial+echo+close (%.0f/s); after %d: %+v, pool in use %d KiB, registered %d MiB; after %d: %+v, pool in use %d KiB, registered %d MiB",
 		n-warm, el, el.Seconds()*1000/float64(n-warm), float64(n-warm)/el.Seconds(),

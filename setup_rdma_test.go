@@ -19,10 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/testhooks"
+	"golang.org/x/sys/unix"
 )
 
 // stepStats aggregates setupTrace reports per side and step.
@@ -139,9 +140,9 @@ func TestSetupProfile(t *testing.T) {
 	// Measure what users run: without the tests' allocation-site tracking
 	// (a stack captured per buffer Get, which costs CPU), on a device
 	// set up here.
-	flushLingeringDevices()
-	trackAllocations = false
-	defer func() { trackAllocations = true }()
+	device.FlushLingering()
+	testhooks.TrackAllocations.Store(false)
+	defer testhooks.TrackAllocations.Store(true)
 	if !remote {
 		ln := listenTest(t, nil)
 		wg := echoServer(ln)
@@ -188,19 +189,11 @@ func TestSetupProfile(t *testing.T) {
 	// setMode switches the device's pool on (size QPs) or off (emptied).
 	setMode := func(m *mode) {
 		if m.pool {
-			d.qpMax.Store(int32(size))
+			d.QPMax.Store(int32(size))
 			return
 		}
-		d.qpMax.Store(0)
-		d.qps.mu.Lock()
-		for sh, l := range d.qps.free {
-			for _, q := range l {
-				q.qp.Close()
-			}
-			delete(d.qps.free, sh)
-		}
-		d.qps.n = 0
-		d.qps.mu.Unlock()
+		d.QPMax.Store(0)
+		d.QPs.Empty()
 	}
 	// prime dials n connections at once and closes them, then waits for
 	// their QPs to come back to the pool (for their ends to be gone without).
@@ -230,7 +223,7 @@ func TestSetupProfile(t *testing.T) {
 		}
 		closed := time.Now()
 		if m.pool {
-			waitPool(t, d, "priming", func(_ qpPoolStats, n int) bool { return n >= primed })
+			waitPool(t, d, "priming", func(_ device.QPPoolStats, n int) bool { return n >= primed })
 		}
 		// Both modes start quiet: the priming connections' disconnects and
 		// timewaits done in the kernel (with the pool their ids live until
@@ -239,7 +232,7 @@ func TestSetupProfile(t *testing.T) {
 		settleDevices(rdmatest.Scale(15 * time.Second))
 		time.Sleep(time.Until(closed.Add(quiet)))
 	}
-	count := func(m *mode, st0 qpPoolStats) {
+	count := func(m *mode, st0 device.QPPoolStats) {
 		st, _ := poolStats(d)
 		m.reused += st.Reused - st0.Reused
 		m.created += st.Created - st0.Created

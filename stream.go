@@ -105,7 +105,7 @@ func (c *engine) writeTo(w io.Writer) (total int64, werr, err error) {
 			}
 			c.mu.Unlock()
 			if freed {
-				c.dev.bufReturned()
+				c.dev.BufReturned()
 			}
 			return total, werr, net.ErrClosed
 		}

@@ -195,8 +195,8 @@ func TestUnreadDeviceBound(t *testing.T) {
 		growWindow(t, c, s, count+2)
 	}
 	dev := pairs[0].s.dev
-	if dev.unread.max != poolMax/2 {
-		t.Fatalf("the device's unread bound is %d, want half its PoolMaxBytes (%d)", dev.unread.max, poolMax/2)
+	if dev.Unread.Max() != poolMax/2 {
+		t.Fatalf("the device's unread bound is %d, want half its PoolMaxBytes (%d)", dev.Unread.Max(), poolMax/2)
 	}
 	for i := range pairs {
 		pairs[i].want, pairs[i].done = sendSame(ctx, pairs[i].c, size, count)
@@ -206,14 +206,14 @@ func TestUnreadDeviceBound(t *testing.T) {
 		total += settledHeld(p.s)
 	}
 	t.Logf("%d connections, each announced %d x %d KiB: the readers hold %d MiB together (device bound %d MiB)",
-		conns, count, size>>10, total>>20, dev.unread.max>>20)
-	bound := dev.unread.max + conns*size
-	if got := dev.unread.inUse(); total > bound || got > bound {
+		conns, count, size>>10, total>>20, dev.Unread.Max()>>20)
+	bound := dev.Unread.Max() + conns*size
+	if got := dev.Unread.InUse(); total > bound || got > bound {
 		t.Fatalf("the readers hold %d bytes (device charge %d), bound %d + one %d-byte message per connection",
-			total, got, dev.unread.max, size)
+			total, got, dev.Unread.Max(), size)
 	}
-	if total < dev.unread.max {
-		t.Fatalf("the readers hold %d bytes: the announcements did not reach the device bound %d", total, dev.unread.max)
+	if total < dev.Unread.Max() {
+		t.Fatalf("the readers hold %d bytes: the announcements did not reach the device bound %d", total, dev.Unread.Max())
 	}
 	// The rest of the pool serves another connection, and the budget's
 	// exception lets it receive a large message.

@@ -4,11 +4,11 @@ package rdma
 
 import (
 	"context"
-	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"os"
 	"time"
 
+	"github.com/verbline/rdma/internal/deadline"
 	"github.com/verbline/rdma/internal/poller"
 )
 

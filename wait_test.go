@@ -5,11 +5,12 @@ package rdma
 import (
 	"context"
 	"errors"
-	"github.com/verbline/rdma/internal/deadline"
 	"net"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/verbline/rdma/internal/deadline"
 )
 
 // TestWakeup: a broadcast closes the channel every waiter took, and only

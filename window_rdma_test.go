@@ -38,7 +38,7 @@ func TestWindowGrowsWithTraffic(t *testing.T) {
 	for i := range data {
 		data[i] = byte(i*31 + i>>12)
 	}
-	pool0 := client.dev.pool.Stats()
+	pool0 := client.dev.Pool.Stats()
 	go func() {
 		client.Write(data)
 	}()
@@ -65,7 +65,7 @@ func TestWindowGrowsWithTraffic(t *testing.T) {
 	// Growing rings map arenas off the data path (Pool.Grow), never in a
 	// Get made with c.mu held (a miss), which would stall the connection's
 	// completions for as long as the registration takes.
-	pool1 := client.dev.pool.Stats()
+	pool1 := client.dev.Pool.Stats()
 	t.Logf("arenas mapped during the stream: %d by Grow, %d by Get", pool1.Grows-pool0.Grows, pool1.Misses-pool0.Misses)
 	if pool1.Misses != pool0.Misses {
 		t.Errorf("the rings' growth mapped %d arenas in Get, on the data path", pool1.Misses-pool0.Misses)
@@ -244,7 +244,7 @@ func TestRendezvousWhilePoolGrows(t *testing.T) {
 	want := bytes.Clone(msg.Bytes())
 	// Take every free buffer of the rings' class (the reserve's) and of the
 	// message's class (the READ's), as other connections' traffic would.
-	pool := client.dev.pool
+	pool := client.dev.Pool
 	var held []buffer.Buf
 	defer func() {
 		for _, b := range held {

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 	}
 	nWrites = min(*writesFlag, slots)
 	if *rxeBindAnytime {
-		// Read by the library at each device's first window bind (rxebind.go).
+		// Read by the library at each window bind (internal/device's quirks.go).
 		testhooks.RXEBindAnytime.Store(true)
 	}
 	if *netemFlag != "" {

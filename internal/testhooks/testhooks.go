@@ -1,5 +1,6 @@
 // Package testhooks holds what tests, in any package of the module, may
-// switch or call in the rdma package, and nothing else does: the package
+// switch or call in the rdma package (and in internal/device, the
+// registry of its devices), and nothing else does: the package
 // is internal, so no user of the library can reach it, and the rdma
 // package reads a switch with one atomic load. It has no dependencies,
 // so importing it costs the rdma package nothing.
@@ -31,9 +32,9 @@ func Settle(limit time.Duration) {
 }
 
 // RXEBindAnytime turns off the Soft-RoCE rule that binds memory windows
-// only into an empty send queue (the rdma package's rxebind.go), for the
-// fault tests' control runs (-faults.rxe-bind-anytime), which show the hang
-// the rule prevents. Set it before the first large message or export.
+// only into an empty send queue (the rdma package's rxebind.go; read by
+// internal/device on every bind), for the fault tests' control runs
+// (-faults.rxe-bind-anytime), which show the hang the rule prevents.
 var RXEBindAnytime atomic.Bool
 
 // ReplyBySIDR makes PacketConns opened while it is set answer senders by
@@ -41,3 +42,8 @@ var RXEBindAnytime atomic.Bool
 // from the GRH of their datagrams, as RoCE allows: the test of that path on
 // Soft-RoCE.
 var ReplyBySIDR atomic.Bool
+
+// TrackAllocations makes the buffer pools of devices set up while it is
+// set record where each buffer was allocated, for the leak reports of the
+// tests' resource checks.
+var TrackAllocations atomic.Bool

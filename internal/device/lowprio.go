@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package rdma
+package device
 
 import (
 	"runtime"

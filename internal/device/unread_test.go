@@ -1,9 +1,6 @@
-package rdma
+package device
 
 import (
-	"context"
-	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +11,11 @@ import (
 // holds nothing is charged past the bound, and releases give the bytes
 // back.
 func TestUnreadBudgetBounds(t *testing.T) {
-	u := unreadBudget{max: 100}
+	u := Unread{max: 100}
 	charge := func(n int64, alone bool) bool {
-		ok, changed := u.tryCharge(n, alone)
+		ok, changed := u.TryCharge(n, alone)
 		if ok != (changed == nil) {
-			t.Fatalf("tryCharge(%d) = %v with a wait channel %v", n, ok, changed)
+			t.Fatalf("TryCharge(%d) = %v with a wait channel %v", n, ok, changed)
 		}
 		return ok
 	}
@@ -31,18 +28,18 @@ func TestUnreadBudgetBounds(t *testing.T) {
 	if !charge(30, true) {
 		t.Fatal("a connection holding nothing was refused its one message")
 	}
-	if got := u.inUse(); got != 130 {
+	if got := u.InUse(); got != 130 {
 		t.Fatalf("in use %d, want 130", got)
 	}
-	u.release(130)
+	u.Release(130)
 	if !charge(500, false) {
 		t.Fatal("a charge larger than the bound refused with nothing held")
 	}
 	if charge(1, false) {
 		t.Fatal("a charge passed while an oversized one is held")
 	}
-	u.release(500)
-	if got := u.inUse(); got != 0 {
+	u.Release(500)
+	if got := u.InUse(); got != 0 {
 		t.Fatalf("in use after every release: %d", got)
 	}
 }
@@ -51,9 +48,9 @@ func TestUnreadBudgetBounds(t *testing.T) {
 // release, waiters that retry never let the total pass the bound, and every
 // one of them is charged in the end.
 func TestUnreadBudgetWaiters(t *testing.T) {
-	u := unreadBudget{max: 100}
-	u.tryCharge(100, false)
-	ok, changed := u.tryCharge(10, false)
+	u := Unread{max: 100}
+	u.TryCharge(100, false)
+	ok, changed := u.TryCharge(10, false)
 	if ok {
 		t.Fatal("a charge past the bound passed")
 	}
@@ -71,7 +68,7 @@ func TestUnreadBudgetWaiters(t *testing.T) {
 			defer wg.Done()
 			for range 50 {
 				for {
-					ok, changed := u.tryCharge(30, false)
+					ok, changed := u.TryCharge(30, false)
 					if ok {
 						break
 					}
@@ -83,13 +80,13 @@ func TestUnreadBudgetWaiters(t *testing.T) {
 					}
 				}
 				mu.Lock()
-				peak = max(peak, u.inUse())
+				peak = max(peak, u.InUse())
 				mu.Unlock()
-				u.release(30)
+				u.Release(30)
 			}
 		}()
 	}
-	u.release(100)
+	u.Release(100)
 	select {
 	case <-changed:
 	default:
@@ -99,29 +96,7 @@ func TestUnreadBudgetWaiters(t *testing.T) {
 	if peak > 100 {
 		t.Fatalf("the budget held %d bytes, bound 100", peak)
 	}
-	if got := u.inUse(); got != 0 {
+	if got := u.InUse(); got != 0 {
 		t.Fatalf("in use after every release: %d", got)
-	}
-}
-
-// TestMaxUnreadBytesRange: a negative Config.MaxUnreadBytes fails Dial and
-// Listen with a *ConfigError naming the field; 0 means 16 MiB.
-func TestMaxUnreadBytesRange(t *testing.T) {
-	cfg := Config{MaxUnreadBytes: -1}
-	d := Dialer{Config: cfg}
-	_, err := d.DialContext(context.Background(), "rdma", "169.254.0.1:7471")
-	lc := ListenConfig{Config: cfg}
-	ln, lerr := lc.Listen(context.Background(), "rdma", "169.254.0.1:0")
-	if ln != nil {
-		ln.Close()
-	}
-	for _, err := range []error{err, lerr} {
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != "MaxUnreadBytes" || !strings.Contains(err.Error(), "a positive number of bytes") {
-			t.Errorf("%v, want a *ConfigError for MaxUnreadBytes", err)
-		}
-	}
-	if got := (&Config{}).withDefaults().MaxUnreadBytes; got != 16<<20 {
-		t.Errorf("zero MaxUnreadBytes resolves to %d, want 16 MiB", got)
 	}
 }

@@ -1,10 +1,10 @@
-package rdma
+package device
 
 import (
 	"sync"
 )
 
-// unreadBudget bounds the bytes of received large messages that all the
+// Unread bounds the bytes of received large messages that all the
 // connections on one device hold in pool buffers until the application
 // releases them (Config.MaxUnreadBytes bounds each connection's share).
 // What a peer announces is read only once it is charged here, so the
@@ -20,18 +20,18 @@ import (
 // device holds at most max, plus one message (MaxMessageSize) per
 // connection that would otherwise hold none; the pool's own limit
 // (PoolMaxBytes) bounds everything.
-type unreadBudget struct {
+type Unread struct {
 	mu      sync.Mutex
 	max     int64         // 0: unbounded
 	held    int64         // charged and not yet released
 	changed chan struct{} // closed and replaced at each release, for waiters
 }
 
-// tryCharge charges n bytes if they fit, if nothing is held (so a
+// TryCharge charges n bytes if they fit, if nothing is held (so a
 // message larger than the budget is still read, alone), or if alone (the
 // charging connection holds no large message). Otherwise it returns a
 // channel closed at the next release, to wait on before trying again.
-func (u *unreadBudget) tryCharge(n int64, alone bool) (ok bool, changed <-chan struct{}) {
+func (u *Unread) TryCharge(n int64, alone bool) (ok bool, changed <-chan struct{}) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if alone || u.max <= 0 || u.held == 0 || u.held+n <= u.max {
@@ -44,8 +44,8 @@ func (u *unreadBudget) tryCharge(n int64, alone bool) (ok bool, changed <-chan s
 	return false, u.changed
 }
 
-// release returns n charged bytes and wakes the waiters.
-func (u *unreadBudget) release(n int64) {
+// Release returns n charged bytes and wakes the waiters.
+func (u *Unread) Release(n int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.held -= n
@@ -55,9 +55,12 @@ func (u *unreadBudget) release(n int64) {
 	}
 }
 
-// inUse reports the bytes charged.
-func (u *unreadBudget) inUse() int64 {
+// InUse reports the bytes charged.
+func (u *Unread) InUse() int64 {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.held
 }
+
+// Max is the bound (0: unbounded).
+func (u *Unread) Max() int64 { return u.max }

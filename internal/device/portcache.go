@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package rdma
+package device
 
 import (
 	"sync"
@@ -22,12 +22,15 @@ import (
 // A lowered MTU needs nothing: rdma_cm's path MTU follows the netdev.
 const portCacheTTL = time.Second
 
-// portCache is a device's cached port limits (device.ports).
-type portCache struct {
-	mu      sync.Mutex
+// PortCache is a device's cached port limits (Device.Ports).
+type PortCache struct {
+	query func(num uint8) (verbs.PortLimits, error) // the device's answer (set once, before use)
+	now   func() time.Time                          // time.Now; the tests' clock
+
+	mu      sync.Mutex // guards the fields below
 	ports   map[uint8]cachedPort
 	gen     uint64 // counts drops: a query that began before one is not kept
-	queries uint64 // ibv_query_port calls made (tests)
+	queries uint64 // queries made (tests)
 }
 
 type cachedPort struct {
@@ -35,12 +38,14 @@ type cachedPort struct {
 	at  time.Time
 }
 
-// portLimits returns port num's limits: the cached ones if they are
-// younger than portCacheTTL and fresh is false, else the device's answer
-// now (which is then cached).
-func (d *device) portLimits(num uint8, fresh bool) (verbs.PortLimits, error) {
+// Limits returns port num's limits: the cached ones if they are younger
+// than portCacheTTL and fresh is false, else the device's answer now
+// (which is then cached).
+func (pc *PortCache) Limits(num uint8, fresh bool) (verbs.PortLimits, error) {
 	now := time.Now()
-	pc := &d.ports
+	if pc.now != nil {
+		now = pc.now()
+	}
 	pc.mu.Lock()
 	if cp, ok := pc.ports[num]; ok && !fresh && now.Sub(cp.at) < portCacheTTL {
 		pc.mu.Unlock()
@@ -49,11 +54,10 @@ func (d *device) portLimits(num uint8, fresh bool) (verbs.PortLimits, error) {
 	gen := pc.gen
 	pc.queries++
 	pc.mu.Unlock()
-	port, err := d.ctx.QueryPort(num)
+	lim, err := pc.query(num)
 	if err != nil {
 		return verbs.PortLimits{}, err
 	}
-	lim := port.Limits(d.attr)
 	pc.mu.Lock()
 	if pc.gen == gen {
 		if pc.ports == nil {
@@ -65,19 +69,37 @@ func (d *device) portLimits(num uint8, fresh bool) (verbs.PortLimits, error) {
 	return lim, nil
 }
 
-// forgetPort drops port num's cached limits (a port event said they may
-// have changed).
-func (d *device) forgetPort(num uint8) {
-	pc := &d.ports
+// Forget drops port num's cached limits (a port event said they may have
+// changed).
+func (pc *PortCache) Forget(num uint8) {
 	pc.mu.Lock()
 	delete(pc.ports, num)
 	pc.gen++
 	pc.mu.Unlock()
 }
 
-// portQueries is how many times the device queried a port (tests).
-func (d *device) portQueries() uint64 {
-	d.ports.mu.Lock()
-	defer d.ports.mu.Unlock()
-	return d.ports.queries
+// Queries is how many times the cache queried a port (tests).
+func (pc *PortCache) Queries() uint64 {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.queries
+}
+
+// Cached returns port num's cached limits, if any (tests).
+func (pc *PortCache) Cached(num uint8) (verbs.PortLimits, bool) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	cp, ok := pc.ports[num]
+	return cp.lim, ok
+}
+
+// Replace replaces port num's cached limits, keeping their age (tests:
+// a stale entry).
+func (pc *PortCache) Replace(num uint8, lim verbs.PortLimits) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if cp, ok := pc.ports[num]; ok {
+		cp.lim = lim
+		pc.ports[num] = cp
+	}
 }
