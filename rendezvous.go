@@ -363,7 +363,7 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 		return // the connection is being released
 	}
 	// An arena, if the pool needs one, is registered at low priority
-	// (lowprio.go); with the pool at its limit, GetWait waits for a
+	// (internal/device's lowprio.go); with the pool at its limit, GetWait waits for a
 	// release.
 	_ = c.dev.RunLowPriority(func() error { return c.dev.Pool.Grow(n, 1) })
 	b, err := c.dev.Pool.GetWait(c.rdv.ctx, n)

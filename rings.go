@@ -8,7 +8,7 @@ package rdma
 // happens with c.mu held, on the path of the connection's completions and
 // of the poller's other connections. When the pool has none, a goroutine
 // registers an arena (growPoolLocked, on the device's low-priority worker:
-// lowprio.go) and the growth is tried again.
+// internal/device's lowprio.go) and the growth is tried again.
 
 import (
 	"errors"
