@@ -363,8 +363,8 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 		return // the connection is being released
 	}
 	// An arena, if the pool needs one, is registered at low priority
-	// (internal/device's lowprio.go); with the pool at its limit, GetWait waits for a
-	// release.
+	// (internal/device's lowprio.go); with the pool at its limit, GetWait
+	// waits for a release.
 	_ = c.dev.RunLowPriority(func() error { return c.dev.Pool.Grow(n, 1) })
 	b, err := c.dev.Pool.GetWait(c.rdv.ctx, n)
 	c.mu.Lock()
