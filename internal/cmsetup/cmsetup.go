@@ -33,10 +33,19 @@ const (
 // /dev/infiniband/rdma_cm) the error is errs.ErrNoDevice, with its hint.
 func NewChannel() (*rdmacm.Channel, error) {
 	ch, err := rdmacm.NewChannel()
-	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, hints.Add(fmt.Errorf("%w (%w)", errs.ErrNoDevice, err))
+	if err != nil {
+		return nil, noCM(err)
 	}
-	return ch, err
+	return ch, nil
+}
+
+// noCM makes rdma_cm's missing device (rdmacm.ErrNoCM) ErrNoDevice, with
+// its hint; other errors pass unchanged.
+func noCM(err error) error {
+	if errors.Is(err, rdmacm.ErrNoCM) {
+		return hints.Add(fmt.Errorf("%w (%w)", errs.ErrNoDevice, err))
+	}
+	return err
 }
 
 // NewChannelID creates an event channel and an id on it: what every dial and
@@ -108,10 +117,10 @@ func SetDeliveryHook(f func(ev rdmacm.Event)) {
 // NewUDChannel is NewChannel for PacketConn's datagram ids.
 func NewUDChannel() (*rdmacm.UDChannel, error) {
 	ch, err := rdmacm.NewUDChannel()
-	if errors.Is(err, rdmacm.ErrNoCM) {
-		return nil, hints.Add(fmt.Errorf("%w (%w)", errs.ErrNoDevice, err))
+	if err != nil {
+		return nil, noCM(err)
 	}
-	return ch, err
+	return ch, nil
 }
 
 // ResolveError is the error of an address or route resolution that

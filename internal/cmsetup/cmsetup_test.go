@@ -164,24 +164,61 @@ func TestCheckEvent(t *testing.T) {
 	}
 }
 
-// Without /dev/infiniband/rdma_cm (this host, unless it has RDMA), opening
-// a channel fails with ErrNoDevice, which keeps rdma_cm's own error and
-// carries the hint that says what to load.
-func TestNewChannelWithoutRDMACM(t *testing.T) {
-	if _, err := os.Stat("/dev/infiniband/rdma_cm"); err == nil {
-		t.Skip("this machine has rdma_cm")
+// rdma_cm's missing device becomes ErrNoDevice, which keeps rdma_cm's own
+// error and carries the hint that says what to load; other errors pass
+// unchanged.
+func TestNoCMIsNoDevice(t *testing.T) {
+	err := noCM(fmt.Errorf("open: %w", rdmacm.ErrNoCM))
+	if !errors.Is(err, errs.ErrNoDevice) || !errors.Is(err, rdmacm.ErrNoCM) {
+		t.Errorf("%v, want ErrNoDevice and rdmacm.ErrNoCM", err)
 	}
+	if hint := cerrors.FlattenHints(err); !strings.Contains(hint, "rdma_ucm") {
+		t.Errorf("hint %q does not say to load rdma_ucm", hint)
+	}
+	other := syscall.EACCES
+	if err := noCM(other); err != other {
+		t.Errorf("noCM(EACCES) = %v, want EACCES unchanged", err)
+	}
+}
+
+// Opening a channel: without /dev/infiniband/rdma_cm (a host without RDMA)
+// each constructor fails with ErrNoDevice and rdma_cm's error, with the
+// hint; with it (inside Soft-RoCE) each one opens.
+func TestNewChannels(t *testing.T) {
+	_, statErr := os.Stat("/dev/infiniband/rdma_cm")
+	haveCM := statErr == nil
 	for name, open := range map[string]func() error{
-		"NewChannel":   func() error { _, err := NewChannel(); return err },
-		"NewChannelID": func() error { _, _, err := NewChannelID(); return err },
-		"NewUDChannel": func() error { _, err := NewUDChannel(); return err },
+		"NewChannel": func() error {
+			ch, err := NewChannel()
+			if err == nil {
+				ch.Close()
+			}
+			return err
+		},
+		"NewChannelID": func() error {
+			ch, id, err := NewChannelID()
+			if err == nil {
+				id.Destroy()
+				ch.Close()
+			}
+			return err
+		},
+		"NewUDChannel": func() error {
+			ch, err := NewUDChannel()
+			if err == nil {
+				ch.Close()
+			}
+			return err
+		},
 	} {
 		err := open()
-		if !errors.Is(err, errs.ErrNoDevice) || !errors.Is(err, rdmacm.ErrNoCM) {
-			t.Errorf("%s: %v, want ErrNoDevice and rdmacm.ErrNoCM", name, err)
-		}
-		if hint := cerrors.FlattenHints(err); !strings.Contains(hint, "rdma_ucm") {
-			t.Errorf("%s: hint %q does not say to load rdma_ucm", name, hint)
+		switch {
+		case haveCM && err != nil:
+			t.Errorf("%s with rdma_cm present: %v", name, err)
+		case !haveCM && (!errors.Is(err, errs.ErrNoDevice) || !errors.Is(err, rdmacm.ErrNoCM)):
+			t.Errorf("%s without rdma_cm: %v, want ErrNoDevice and rdmacm.ErrNoCM", name, err)
+		case !haveCM && !strings.Contains(cerrors.FlattenHints(err), "rdma_ucm"):
+			t.Errorf("%s without rdma_cm: hint %q does not say to load rdma_ucm", name, cerrors.FlattenHints(err))
 		}
 	}
 }
