@@ -165,15 +165,15 @@ func TestCheckEvent(t *testing.T) {
 }
 
 // rdma_cm's missing device becomes ErrNoDevice, which keeps rdma_cm's own
-// error and carries the hint that says what to load; other errors pass
-// unchanged.
+// error and carries a hint (what it says depends on the machine, which
+// internal/hints tests); other errors pass unchanged.
 func TestNoCMIsNoDevice(t *testing.T) {
 	err := noCM(fmt.Errorf("open: %w", rdmacm.ErrNoCM))
 	if !errors.Is(err, errs.ErrNoDevice) || !errors.Is(err, rdmacm.ErrNoCM) {
 		t.Errorf("%v, want ErrNoDevice and rdmacm.ErrNoCM", err)
 	}
-	if hint := cerrors.FlattenHints(err); !strings.Contains(hint, "rdma_ucm") {
-		t.Errorf("hint %q does not say to load rdma_ucm", hint)
+	if hint := cerrors.FlattenHints(err); hint == "" {
+		t.Errorf("%v carries no hint", err)
 	}
 	other := syscall.EACCES
 	if err := noCM(other); err != other {
