@@ -141,7 +141,7 @@ func Acquire(ctx *verbs.Context, cfg Config) (_ *Device, err error) {
 	d.Windows = d.Attr.MemWindow2
 	d.rxe = IsSoftRoCE(d.name)
 	d.LendExact = d.rxe
-	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR), regErr: registrationError}
+	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.Windows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself
 	}
@@ -379,7 +379,6 @@ func (d *Device) RunLowPriority(f func() error) error { return d.slow.run(f) }
 type registrar struct {
 	pd     *verbs.PD
 	access verbs.AccessFlags
-	regErr func(err error, n int) error // registrationError; tests set others
 	mu     sync.RWMutex
 	mrs    map[uint32]*verbs.MR
 }
@@ -387,10 +386,7 @@ type registrar struct {
 func (r *registrar) Register(mem []byte) (buffer.Registration, error) {
 	mr, err := r.pd.RegMR(mem, r.access)
 	if err != nil {
-		if r.regErr != nil {
-			err = r.regErr(err, len(mem)) // a refused pinning with a hint: the limit, what is pinned, how to raise it
-		}
-		return nil, err
+		return nil, registrationError(err, len(mem)) // a refused pinning with a hint: the limit, what is pinned, how to raise it
 	}
 	r.mu.Lock()
 	r.mrs[mr.LKey] = mr
