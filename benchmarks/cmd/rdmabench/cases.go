@@ -120,6 +120,10 @@ type Sample struct {
 	Packets float64 `json:"packets,omitempty"`
 	// CPU: each CPU's busy time per message (round trip) on one host (cpu.go).
 	CPU []CPUUse `json:"cpu,omitempty"`
+	// Harness: this process's own CPU time over the same window, as a share
+	// of one CPU: what the sampling and the harness's runtime took from
+	// the CPUs above, which counts in them.
+	Harness float64 `json:"harness_cpu_share,omitempty"`
 }
 
 // pingPong: the client writes Size bytes and reads the echo with io.ReadFull,

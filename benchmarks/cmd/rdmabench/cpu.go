@@ -10,22 +10,30 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // CPU time per message, per CPU. On Soft-RoCE the device is the CPU: rxe
 // builds, checksums and copies every packet in the kernel of the CPU that
 // sends or receives it, so a stream is bound by its busiest CPU, and
 // whatever a process spends per message beside rxe's work comes out of the
-// rate. The harness samples /proc/stat and a packet counter every
-// sampleEvery through each run on one host and reports, per CPU, the busy
+// rate. The harness samples a packet counter every sampleEvery, and
+// /proc/stat every cpuEvery-th sample, through each run on one host and
+// reports, per CPU, the busy
 // time (user, nice, system, irq, softirq) per message and the kernel's
 // share of it (system, irq, softirq: rxe and the system calls), over the
 // run's active window: from the first to the last interval in which the
 // counter moved at a quarter or more of its typical rate (the median of
 // the intervals in which it moved), so that the processes' start, set-up
 // and teardown are not counted (a default run is about a second, its
-// set-up a large part of it). The window's edges are sampleEvery wide: a
-// few percent of a default bandwidth run. The counter is the RDMA ports'
+// set-up a large part of it). The CPU times are those of the /proc/stat
+// readings that bound the largest span inside that window, and the
+// messages charged to them are the run's messages in proportion to the
+// packets counted in that span: /proc/stat is the expensive reading (the
+// kernel formats every CPU's and interrupt's counters, slowly under
+// emulation), and the harness's CPU is taken from the CPUs it measures,
+// so it reads it at a fifth of the counter's rate. The counter is the RDMA ports'
 // sent_pkts (packets.go) for RDMA runs and the loopback's tx_packets for
 // TCP. With the processes pinned, CPU 0 is the server's and CPU 1 the
 // client's. Latency runs (tens of milliseconds) are not sampled, and
@@ -34,6 +42,7 @@ import (
 
 const (
 	sampleEvery  = 10 * time.Millisecond
+	cpuEvery     = 5 // /proc/stat on every fifth sample: 50 ms
 	minCPUWindow = 300 * time.Millisecond
 )
 
@@ -88,14 +97,14 @@ type CPUUse struct {
 	Kernel float64 `json:"kernel_us"` // of Busy: system, irq and softirq
 	// Share is the CPU's busy time over the window's wall time (about 0
 	// to 1; whole 10 ms ticks can take it a little past 1):
-	// whether it was saturated, independent of how many of the run's
-	// messages fell inside the window (Busy divides by all of them).
+	// whether it was saturated, independent of how many messages the
+	// packet counter put inside the window.
 	Share float64 `json:"busy_share"`
 }
 
 // cpuPerMessage is what each CPU spent per message between two readings
 // wall apart.
-func cpuPerMessage(before, after []cpuTime, messages int, wall time.Duration) []CPUUse {
+func cpuPerMessage(before, after []cpuTime, messages float64, wall time.Duration) []CPUUse {
 	if messages <= 0 || len(before) == 0 || len(after) != len(before) {
 		return nil
 	}
@@ -106,8 +115,8 @@ func cpuPerMessage(before, after []cpuTime, messages int, wall time.Duration) []
 		}
 		busy := float64(after[i].busy-before[i].busy) * clockTick // µs
 		out[i] = CPUUse{CPU: i,
-			Busy:   busy / float64(messages),
-			Kernel: float64(after[i].kernel-before[i].kernel) * clockTick / float64(messages)}
+			Busy:   busy / messages,
+			Kernel: float64(after[i].kernel-before[i].kernel) * clockTick / messages}
 		if wall > 0 {
 			out[i].Share = busy / float64(wall.Microseconds())
 		}
@@ -138,6 +147,9 @@ func measure(m Metric, messages int, rdma bool, f func() (*Sample, error)) (*Sam
 	window := sm.stop()
 	if err == nil && s != nil {
 		s.CPU = window.perMessage(messages)
+		if s.CPU != nil {
+			s.Harness = window.selfShare()
+		}
 	}
 	return s, err
 }
@@ -157,6 +169,16 @@ type sample struct {
 	at   time.Time
 	pkts uint64
 	cpu  []cpuTime
+	self time.Duration // this process's CPU time (user and system)
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 type sampler struct {
@@ -164,34 +186,40 @@ type sampler struct {
 	stopped chan []sample
 }
 
-// startSampler reads counter and /proc/stat every sampleEvery until stop.
+// startSampler reads counter every sampleEvery, and /proc/stat with this
+// process's CPU time on the first, every cpuEvery-th and the last reading,
+// until stop.
 func startSampler(counter func() (uint64, bool)) *sampler {
 	sm := &sampler{done: make(chan struct{}), stopped: make(chan []sample, 1)}
-	read := func() (sample, bool) {
+	read := func(withCPU bool) (sample, bool) {
 		n, ok := counter()
-		cpu := cpuTimes()
-		return sample{at: time.Now(), pkts: n, cpu: cpu}, ok && cpu != nil
+		s := sample{at: time.Now(), pkts: n}
+		if withCPU {
+			s.cpu, s.self = cpuTimes(), selfCPU()
+			ok = ok && s.cpu != nil
+		}
+		return s, ok
 	}
 	go func() {
 		var out []sample
-		add := func() bool {
-			s, ok := read()
+		add := func(withCPU bool) bool {
+			s, ok := read(withCPU)
 			if ok {
 				out = append(out, s)
 			}
 			return ok
 		}
-		ok := add()
+		ok := add(true)
 		t := time.NewTicker(sampleEvery)
 		defer t.Stop()
-		for ok {
+		for n := 1; ok; n++ {
 			select {
 			case <-sm.done:
-				add()
+				add(true)
 				sm.stopped <- out
 				return
 			case <-t.C:
-				ok = add()
+				ok = add(n%cpuEvery == 0)
 			}
 		}
 		<-sm.done
@@ -206,9 +234,11 @@ func (sm *sampler) stop() cpuWindow {
 	return activeWindow(<-sm.stopped)
 }
 
-// cpuWindow is the CPU time spent between two samples.
+// cpuWindow is the CPU time spent between two samples with CPU times,
+// which carried share of the active window's packets.
 type cpuWindow struct {
 	from, to sample
+	share    float64 // of the active window's packets, those between from and to
 	ok       bool
 }
 
@@ -251,16 +281,39 @@ func activeWindow(ss []sample) cpuWindow {
 			last = i
 		}
 	}
-	return cpuWindow{from: ss[first], to: ss[last], ok: true}
+	// The readings with CPU times that bound the largest span inside it.
+	from, to := -1, -1
+	for i := first; i <= last; i++ {
+		if ss[i].cpu != nil {
+			if from < 0 {
+				from = i
+			}
+			to = i
+		}
+	}
+	span := float64(ss[last].pkts - ss[first].pkts)
+	if from < 0 || to <= from || span <= 0 {
+		return cpuWindow{}
+	}
+	return cpuWindow{from: ss[from], to: ss[to], share: float64(ss[to].pkts-ss[from].pkts) / span, ok: true}
 }
 
 // perMessage is each CPU's time per message over the window; nil when the
 // window is too short to say.
 func (w cpuWindow) perMessage(messages int) []CPUUse {
-	if !w.ok || w.to.at.Sub(w.from.at) < minCPUWindow {
+	if !w.ok || w.to.at.Sub(w.from.at) < minCPUWindow || w.share <= 0 {
 		return nil
 	}
-	return cpuPerMessage(w.from.cpu, w.to.cpu, messages, w.to.at.Sub(w.from.at))
+	return cpuPerMessage(w.from.cpu, w.to.cpu, float64(messages)*w.share, w.to.at.Sub(w.from.at))
+}
+
+// selfShare is the harness's own CPU time over the window's wall time.
+func (w cpuWindow) selfShare() float64 {
+	wall := w.to.at.Sub(w.from.at)
+	if !w.ok || wall <= 0 || w.to.self < w.from.self {
+		return 0
+	}
+	return float64(w.to.self-w.from.self) / float64(wall)
 }
 
 // medianCPU is the per-CPU median over samples (those that have the same
@@ -304,13 +357,13 @@ func (r *report) printCPU(w io.Writer, mp metricPlan) {
 			for _, c := range a.CPU {
 				per = append(per, fmt.Sprintf("%.0f/%.0f %.0f%%", c.Busy, c.Kernel, 100*c.Share))
 			}
-			cells = append(cells, fmt.Sprintf("%s %s", o.Label, strings.Join(per, " ")))
+			cells = append(cells, fmt.Sprintf("%s %s (harness %.0f%%)", o.Label, strings.Join(per, " "), 100*a.Harness))
 		}
 		if len(cells) == 0 {
 			continue
 		}
 		if !header {
-			fmt.Fprintf(w, "  CPU µs per message, busy/kernel, and busy share of the window, on each CPU (%s; the active window of each run):\n", r.cpuRoles())
+			fmt.Fprintf(w, "  CPU µs per message, busy/kernel, and busy share of the window, on each CPU (%s; the active window of each run; the harness's own share of a CPU, counted in them):\n", r.cpuRoles())
 			header = true
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", sizeString(size), strings.Join(cells, "\t"))

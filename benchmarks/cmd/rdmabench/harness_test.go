@@ -361,16 +361,18 @@ func TestActiveWindow(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	cpu := func(busy uint64) []cpuTime { return []cpuTime{{busy: busy, kernel: busy / 2}} }
+	// The harness itself: a quarter of a CPU all along.
+	quarter := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond / 4 }
 	// Set-up (CPU busy, a few packets), then 400 ms of traffic, then a
 	// few packets more (teardown).
 	ss := []sample{
-		{at(0), 5, cpu(0)}, {at(100), 7, cpu(10)}, {at(200), 8, cpu(20)}, // set-up
-		{at(300), 28, cpu(30)}, {at(500), 68, cpu(50)}, {at(600), 90, cpu(60)}, // traffic
-		{at(700), 91, cpu(62)}, {at(800), 92, cpu(63)}, // teardown
+		{at(0), 5, cpu(0), quarter(0)}, {at(100), 7, cpu(10), quarter(100)}, {at(200), 8, cpu(20), quarter(200)}, // set-up
+		{at(300), 28, cpu(30), quarter(300)}, {at(500), 68, cpu(50), quarter(500)}, {at(600), 90, cpu(60), quarter(600)}, // traffic
+		{at(700), 91, cpu(62), quarter(700)}, {at(800), 92, cpu(63), quarter(800)}, // teardown
 	}
 	// A sample 1 ms after the one before it, two packets later: a rate ten
 	// times the traffic's, which must not raise the bar for the rest.
-	ss = slices.Insert(ss, 4, sample{at(301), 30, cpu(30)})
+	ss = slices.Insert(ss, 4, sample{at(301), 30, cpu(30), quarter(301)})
 	w := activeWindow(ss)
 	if !w.ok || w.from.at != at(200) || w.to.at != at(600) {
 		t.Fatalf("window %v..%v (ok %v), want 200..600 ms", w.from.at.Sub(t0), w.to.at.Sub(t0), w.ok)
@@ -380,11 +382,42 @@ func TestActiveWindow(t *testing.T) {
 	if want := []CPUUse{{CPU: 0, Busy: 40 * clockTick / 10, Kernel: 20 * clockTick / 10, Share: 1}}; !slices.Equal(got, want) {
 		t.Fatalf("perMessage = %v, want %v", got, want)
 	}
+	if got := w.selfShare(); got != 0.25 {
+		t.Fatalf("selfShare = %v, want 0.25", got)
+	}
+	// /proc/stat read at 100, 500 and 700 ms only: one reading inside the
+	// active window (200..600 ms) bounds no span.
+	sparse := slices.Clone(ss)
+	for i := range sparse {
+		if ms := sparse[i].at.Sub(t0); ms != 100*time.Millisecond && ms != 500*time.Millisecond && ms != 700*time.Millisecond {
+			sparse[i].cpu = nil
+		}
+	}
+	sw := activeWindow(sparse)
+	if sw.ok {
+		t.Fatalf("one reading with CPU times inside the active window gave window %v..%v", sw.from.at.Sub(t0), sw.to.at.Sub(t0))
+	}
+	// With readings at 300 and 600 ms too, the span is 300..600.
+	for i := range sparse {
+		if sparse[i].at == at(300) || sparse[i].at == at(600) {
+			sparse[i].cpu = ss[i].cpu
+		}
+	}
+	sw = activeWindow(sparse)
+	if !sw.ok || sw.from.at != at(300) || sw.to.at != at(600) {
+		t.Fatalf("sparse window %v..%v (ok %v), want 300..600 ms", sw.from.at.Sub(t0), sw.to.at.Sub(t0), sw.ok)
+	}
+	// 300..600 ms carried 90-28 = 62 of the active window's 90-8 = 82
+	// packets: 10 messages x 62/82 are charged 30 ticks.
+	msgs := 10 * 62.0 / 82
+	if got, want := sw.perMessage(10), []CPUUse{{CPU: 0, Busy: 30 * clockTick / msgs, Kernel: 15 * clockTick / msgs, Share: 1}}; !slices.Equal(got, want) {
+		t.Fatalf("sparse perMessage = %v, want %v", got, want)
+	}
 	// Too short to say, and nothing moved.
 	if got := activeWindow(ss[2:5]).perMessage(10); got != nil {
 		t.Fatalf("a 100 ms window gave %v", got)
 	}
-	if w := activeWindow([]sample{ss[0], {at(100), 5, cpu(10)}}); w.ok {
+	if w := activeWindow([]sample{ss[0], {at(100), 5, cpu(10), quarter(100)}}); w.ok {
 		t.Fatal("a window without traffic")
 	}
 }

@@ -33,6 +33,7 @@ type aggregate struct {
 	Rounds                       []roundValue       // each round's value
 	Packets                      float64            // device packets per message (packets.go)
 	CPU                          []CPUUse           // CPU time per message by CPU (cpu.go)
+	Harness                      float64            // the harness's own CPU share over the window
 	Reps                         []float64          // each repetition's value
 	Counters                     map[string]float64 // median per key over the repetitions
 	Errs                         []string
@@ -58,6 +59,7 @@ func (h *harness) report(plan []metricPlan, cells map[cellKey]*cell, wall time.D
 			a.Check = field(func(s *Sample) float64 { return s.Check })
 			a.Packets = field(func(s *Sample) float64 { return s.Packets })
 			a.CPU = medianCPU(c.Samples)
+			a.Harness = field(func(s *Sample) float64 { return s.Harness })
 			for i, s := range c.Samples {
 				a.Reps = append(a.Reps, s.Value)
 				round := i + 1
