@@ -138,7 +138,7 @@ func (l *acceptor) loop() {
 		if ev.Type != rdmacm.EventConnectRequest {
 			continue
 		}
-		traceDelivery(ev, " (to the listener's loop)")
+		cmsetup.TraceDelivery(ev, " (to the listener's loop)")
 		if l.admit != nil {
 			l.startAdmit(ev)
 			continue
@@ -285,7 +285,7 @@ func (l *acceptor) finished(run *handshakeRun, c *Conn) bool {
 func (l *acceptor) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.Event) {
 	defer l.pending.Done()
 	defer run.cancel()
-	traceDelivery(ev, " (through the listener's loop)")
+	cmsetup.TraceDelivery(ev, " (through the listener's loop)")
 	c, err := acceptConn(ctx, &l.cfg, ev)
 	// Off the half-open list and into Accept's queue in one step under
 	// l.mu, as the loop counts both: the queue has room (the loop keeps

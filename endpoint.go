@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
@@ -116,7 +117,7 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 			e.recv = nil
 		}
 	}()
-	st := startSteps("endpoint")
+	st := cmsetup.StartSteps("endpoint")
 	ctx, err := id.Context()
 	if err != nil {
 		return nil, err
@@ -127,13 +128,13 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if err = e.dev.Usable(id.PortNum()); err != nil {
 		return nil, err // fail fast: the port is down, or the device failed
 	}
-	st.step("acquire device")
+	st.Step("acquire device")
 	// The device's attributes do not change (queried once per device); the
 	// port's may, and are cached a short while (internal/device).
 	if e.lim, err = e.dev.Ports.Limits(id.PortNum(), false); err != nil {
 		return nil, err
 	}
-	st.step("port limits")
+	st.Step("port limits")
 	e.entries = e.maxRecv + e.sqDepth
 	if err = e.takeQP(h, &st); err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if err = e.allocRings(cfg); err != nil {
 		return nil, err
 	}
-	st.step("ring buffers")
+	st.Step("ring buffers")
 	return e, nil
 }
 
@@ -150,11 +151,11 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 // pool, with its poller; else a new one on the least-loaded poller. A
 // device that refused the inline request gave QPs without inline room:
 // the pool is searched for those too.
-func (e *endpoint) takeQP(h poller.Handler, st *stepTimer) error {
+func (e *endpoint) takeQP(h poller.Handler, st *cmsetup.Steps) error {
 	shape := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv, Inline: inlineRequest}
 	noInline := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv}
 	if e.reused = e.takePooledQP(shape, h) || e.takePooledQP(noInline, h); e.reused {
-		st.step("QP from pool")
+		st.Step("QP from pool")
 		return nil
 	}
 	p, tok, err := e.dev.Pollers.Attach(h, e.entries)
@@ -162,7 +163,7 @@ func (e *endpoint) takeQP(h poller.Handler, st *stepTimer) error {
 		return err
 	}
 	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
-	st.step("attach poller")
+	st.Step("attach poller")
 	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
 		SendWR: shape.SendWR, RecvWR: shape.RecvWR, InlineData: shape.Inline}
 	if e.qp, qpc, err = createQP(e.dev.PD.CreateQP, qpc); err != nil {
@@ -170,7 +171,7 @@ func (e *endpoint) takeQP(h poller.Handler, st *stepTimer) error {
 	}
 	e.shape = device.QPShape{SendWR: qpc.SendWR, RecvWR: qpc.RecvWR, Inline: qpc.InlineData}
 	e.dev.QPs.Count(func(st *device.QPPoolStats) { st.Created++ })
-	st.step("create QP")
+	st.Step("create QP")
 	return nil
 }
 

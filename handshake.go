@@ -86,12 +86,12 @@ func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (*C
 
 // dialHello is dialConn announcing hello's private data.
 func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, hello helloFunc) (_ *Conn, err error) {
-	st := startSteps("dial")
+	st := cmsetup.StartSteps("dial")
 	ch, id, err := cmsetup.NewChannelID()
 	if err != nil {
 		return nil, err
 	}
-	st.step("create channel+id")
+	st.Step("create channel+id")
 	var c *Conn
 	defer func() {
 		if err != nil {
@@ -104,7 +104,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if _, err = cmsetup.Expect(ctx, ch, rdmacm.EventAddrResolved, "resolving the address"); err != nil {
 		return nil, err
 	}
-	st.step("resolve addr")
+	st.Step("resolve addr")
 	if err = id.ResolveRoute(cmsetup.MsUntil(ctx)); err != nil {
 		return nil, cmsetup.ClassifyResolve(err) // e.g. loopback: no RDMA device routes there
 	}
@@ -113,20 +113,20 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if c, err = newConn(cfg, ch, id); err != nil {
 		return nil, err
 	}
-	st.step("new conn (endpoint, rings)")
+	st.Step("new conn (endpoint, rings)")
 	ep := c.ep
 	if err = ep.moveQP(id, verbs.StateInit); err != nil {
 		return nil, err
 	}
-	st.step("QP INIT")
+	st.Step("QP INIT")
 	if err = ep.postInitialRecvs(); err != nil {
 		return nil, err
 	}
-	st.step("post receives")
+	st.Step("post receives")
 	if _, err = cmsetup.Expect(ctx, ch, rdmacm.EventRouteResolved, "resolving the route"); err != nil {
 		return nil, err
 	}
-	st.step("resolve route (rest)")
+	st.Step("resolve route (rest)")
 	// The READ/atomic depths this side offers; the listener answers with
 	// its own, no larger, and rdma_cm gives this side's QP the agreed ones
 	// at RTR and RTS (the REP's initiator depth and responder resources).
@@ -141,7 +141,7 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if err != nil {
 		return nil, err
 	}
-	st.step("connect -> response")
+	st.Step("connect -> response")
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "listener", "dialer")
@@ -152,15 +152,15 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, err
 	}
-	st.step("QP RTR+RTS")
+	st.Step("QP RTR+RTS")
 	if err = id.Establish(); err != nil {
 		return nil, err
 	}
-	st.step("establish")
+	st.Step("establish")
 	ep.established = true // its QP may go to the pool when it closes
 	c.start()
 	c.confirmEstablished()
-	st.step("start")
+	st.Step("start")
 	return c, nil
 }
 
@@ -207,7 +207,7 @@ func acceptConn(ctx context.Context, cfg *Config, ev rdmacm.Event) (*Conn, error
 // acceptHello is acceptConn answering with hello's private data.
 func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloFunc) (_ *Conn, err error) {
 	child := ev.ID
-	st := startSteps("accept")
+	st := cmsetup.StartSteps("accept")
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "dialer", "listener")
@@ -224,7 +224,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		ch.Close()
 		return nil, err
 	}
-	st.step("channel+migrate")
+	st.Step("channel+migrate")
 	var c *Conn
 	defer func() {
 		if err != nil {
@@ -238,7 +238,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if c, err = newConn(cfg, ch, child); err != nil {
 		return nil, fail(err)
 	}
-	st.step("new conn (endpoint, rings)")
+	st.Step("new conn (endpoint, rings)")
 	ours := hello(c)
 	c.setPeer(agreed(ours, peer))
 	ep := c.ep
@@ -252,7 +252,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, fail(err)
 	}
-	st.step("QP INIT+RTR+RTS")
+	st.Step("QP INIT+RTR+RTS")
 	heard, hear := context.WithCancel(ctx)
 	defer hear()
 	c.mu.Lock()
@@ -261,7 +261,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if err = ep.postInitialRecvs(); err != nil {
 		return nil, fail(err)
 	}
-	st.step("post receives")
+	st.Step("post receives")
 	if err = child.Accept(rdmacm.ConnParam{PrivateData: ours, ResponderResources: ep.destRdAtomic, InitiatorDepth: ep.rdAtomic,
 		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
 		return nil, err
@@ -272,10 +272,10 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	c.mu.Lock()
 	c.firstHeard = nil
 	c.mu.Unlock()
-	st.step("accept -> established")
+	st.Step("accept -> established")
 	ep.established = true // its QP may go to the pool when it closes
 	c.start()
-	st.step("start")
+	st.Step("start")
 	return c, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/device"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
@@ -26,7 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stepStats aggregates setupTrace reports per side and step.
+// stepStats aggregates the step trace's reports per side and step.
 type stepStats struct {
 	mu      sync.Mutex
 	order   []string
@@ -46,7 +47,7 @@ func (s *stepStats) install() {
 		}
 		s.samples[k] = append(s.samples[k], d)
 	}
-	setupTrace.Store(&f)
+	cmsetup.SetStepTrace(f)
 }
 
 // median is the median of ds in microseconds (ds is sorted in place).
@@ -184,7 +185,7 @@ func TestSetupProfile(t *testing.T) {
 	for _, m := range modes {
 		m.seqSteps, m.conSteps = newStepStats(), newStepStats()
 	}
-	t.Cleanup(func() { setupTrace.Store(nil) })
+	t.Cleanup(func() { cmsetup.SetStepTrace(nil) })
 
 	// setMode switches the device's pool on (size QPs) or off (emptied).
 	setMode := func(m *mode) {
@@ -198,7 +199,7 @@ func TestSetupProfile(t *testing.T) {
 	// prime dials n connections at once and closes them, then waits for
 	// their QPs to come back to the pool (for their ends to be gone without).
 	prime := func(m *mode, n int) {
-		setupTrace.Store(nil) // the priming dials are not measured
+		cmsetup.SetStepTrace(nil) // the priming dials are not measured
 		conns := make([]*Conn, n)
 		var dw sync.WaitGroup
 		for i := range n {
@@ -259,7 +260,7 @@ func TestSetupProfile(t *testing.T) {
 			m.closeSum += time.Since(t1)
 		}
 		m.seqWall += time.Since(start)
-		setupTrace.Store(nil)
+		cmsetup.SetStepTrace(nil)
 		count(m, st0)
 	}
 	concurrent := func(m *mode) {
@@ -358,7 +359,7 @@ func TestSetupProfile(t *testing.T) {
 		// is in this process) and collections during the round.
 		t.Logf("SETUPALLOC per connection: %.0f bytes in %.0f allocations (this process's ends); collections %d",
 			float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(conN), float64(ms1.Mallocs-ms0.Mallocs)/float64(conN), ms1.NumGC-ms0.NumGC)
-		setupTrace.Store(nil)
+		cmsetup.SetStepTrace(nil)
 		m.walls = append(m.walls, wall)
 		count(m, st0)
 		for i, c := range conns {
@@ -628,9 +629,9 @@ func recordEvents(t *testing.T, name string) (stop func()) {
 			lines = append(lines, fmt.Sprintf("%d %s", read, key))
 		}
 	}
-	eventTrace.Store(&f)
+	cmsetup.SetEventTrace(f)
 	return func() {
-		eventTrace.Store(nil)
+		cmsetup.SetEventTrace(nil)
 		mu.Lock()
 		defer mu.Unlock()
 		if err := os.WriteFile(fmt.Sprintf("%s/%s.events", dir, name), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {

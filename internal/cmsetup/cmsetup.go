@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,30 +87,13 @@ func Expect(ctx context.Context, ch *rdmacm.Channel, want rdmacm.EventType, what
 }
 
 // CheckEvent is nil if ev is the event wanted, else a descriptive error.
-// It first hands ev to the delivery hook, if one is set.
+// It first traces ev's delivery (TraceDelivery), if a trace is set.
 func CheckEvent(ev rdmacm.Event, want rdmacm.EventType, what string) error {
-	if f := deliveryHook.Load(); f != nil {
-		(*f)(ev)
-	}
+	TraceDelivery(ev, "")
 	if ev.Type == want {
 		return nil
 	}
 	return EventError(ev, what)
-}
-
-// deliveryHook is called by CheckEvent with each event it checks.
-var deliveryHook atomic.Pointer[func(ev rdmacm.Event)]
-
-// SetDeliveryHook makes CheckEvent call f with every event it checks,
-// before it looks at it (nil: no call). The rdma package sets its set-up
-// trace here, which times how long an event took from its read off the
-// kernel's channel to the goroutine that handles it.
-func SetDeliveryHook(f func(ev rdmacm.Event)) {
-	if f == nil {
-		deliveryHook.Store(nil)
-		return
-	}
-	deliveryHook.Store(&f)
 }
 
 // NewUDChannel is NewChannel for PacketConn's datagram ids.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,24 +144,53 @@ func TestResolveError(t *testing.T) {
 }
 
 // CheckEvent passes the event wanted, turns any other into EventError's
-// error, and hands each to the delivery hook first.
+// error, and traces each one's delivery first (events read off a channel
+// only: Read set).
 func TestCheckEvent(t *testing.T) {
 	var seen []rdmacm.EventType
-	SetDeliveryHook(func(ev rdmacm.Event) { seen = append(seen, ev.Type) })
-	t.Cleanup(func() { SetDeliveryHook(nil) })
-	if err := CheckEvent(rdmacm.Event{Type: rdmacm.EventEstablished}, rdmacm.EventEstablished, "waiting"); err != nil {
+	SetEventTrace(func(ev rdmacm.Event) { seen = append(seen, ev.Type) })
+	t.Cleanup(func() { SetEventTrace(nil) })
+	read := time.Now()
+	if err := CheckEvent(rdmacm.Event{Type: rdmacm.EventEstablished, Read: read}, rdmacm.EventEstablished, "waiting"); err != nil {
 		t.Errorf("the event wanted: %v", err)
 	}
-	err := CheckEvent(rdmacm.Event{Type: rdmacm.EventRejected, Status: RejInvalidServiceID}, rdmacm.EventEstablished, "waiting")
+	err := CheckEvent(rdmacm.Event{Type: rdmacm.EventRejected, Status: RejInvalidServiceID, Read: read}, rdmacm.EventEstablished, "waiting")
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("a reject instead: %v, want ECONNREFUSED", err)
 	}
 	if len(seen) != 2 || seen[0] != rdmacm.EventEstablished || seen[1] != rdmacm.EventRejected {
-		t.Errorf("the hook saw %v, want both events in order", seen)
+		t.Errorf("the trace saw %v, want both events in order", seen)
 	}
-	SetDeliveryHook(nil)
 	if err := CheckEvent(rdmacm.Event{Type: rdmacm.EventEstablished}, rdmacm.EventEstablished, "waiting"); err != nil || len(seen) != 2 {
-		t.Errorf("without a hook: %v, hook calls %d", err, len(seen))
+		t.Errorf("an event not read off a channel: %v, trace calls %d, want 2", err, len(seen))
+	}
+	SetEventTrace(nil)
+	if err := CheckEvent(rdmacm.Event{Type: rdmacm.EventEstablished, Read: read}, rdmacm.EventEstablished, "waiting"); err != nil || len(seen) != 2 {
+		t.Errorf("without a trace: %v, trace calls %d", err, len(seen))
+	}
+}
+
+// Steps report each step's duration to the step trace, and nothing
+// without one.
+func TestSteps(t *testing.T) {
+	type rep struct{ side, step string }
+	var got []rep
+	SetStepTrace(func(side, step string, d time.Duration) {
+		if d < 0 {
+			t.Errorf("step %s: negative duration %v", step, d)
+		}
+		got = append(got, rep{side, step})
+	})
+	st := StartSteps("dial")
+	st.Step("resolve addr")
+	st.Step("connect")
+	TraceDelivery(rdmacm.Event{Type: rdmacm.EventEstablished, Read: time.Now()}, " (via)")
+	SetStepTrace(nil)
+	st2 := StartSteps("accept")
+	st2.Step("never reported")
+	want := []rep{{"dial", "resolve addr"}, {"dial", "connect"}, {"event", "delivery " + rdmacm.EventEstablished.String() + " (via)"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("reports %v, want %v", got, want)
 	}
 }
 
