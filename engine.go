@@ -235,7 +235,7 @@ func (c *engine) shutdown() error {
 // closed or reset the connection itself is not an error (as for TCP).
 // Called with c.mu held, after the wait for acknowledgements.
 func (c *engine) undeliveredLocked(finErr error) error {
-	var ct *closeTimeout
+	var ct *errs.CloseTimeout
 	var tt *transportTimeout
 	switch {
 	case errors.As(finErr, &ct):
@@ -243,9 +243,9 @@ func (c *engine) undeliveredLocked(finErr error) error {
 	case errors.As(c.stream.werr, &tt):
 		return c.stream.werr
 	case !c.qpDown && c.sendq.inFlight > 0:
-		return &closeTimeout{"data written before Close was not acknowledged by the peer"}
+		return &errs.CloseTimeout{What: "data written before Close was not acknowledged by the peer"}
 	case !c.qpDown && c.rdv.out > 0:
-		return &closeTimeout{"the peer did not read every large message sent before Close"}
+		return &errs.CloseTimeout{What: "the peer did not read every large message sent before Close"}
 	}
 	return nil
 }

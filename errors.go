@@ -2,7 +2,6 @@ package rdma
 
 import (
 	"errors"
-	"os"
 
 	"github.com/verbline/rdma/internal/errs"
 )
@@ -23,9 +22,11 @@ import (
 // are compared by identity, and cockroachdb/errors' New would attach a
 // stack taken during package initialization, which its %+v would print
 // under every error wrapping them as if it were where they failed.
-// ErrNoDevice, ErrNotRDMAAddress, ErrHandshake, ErrMemlock and ErrProtocol
-// are internal/errs' values, so that what the internal packages wrap (the
-// rdma_cm set-up, the hints, the TCP fallback's framing) matches them too.
+// ErrNoDevice, ErrNotRDMAAddress, ErrHandshake, ErrMemlock, ErrProtocol,
+// ErrMessageTooLarge and ErrCompletionsFull are internal/errs' values, so
+// that what the internal packages wrap (the rdma_cm set-up, the hints, the
+// TCP fallback's framing and connection) matches them too; so is the
+// close-timeout error both transports return (errs.CloseTimeout).
 
 // Errors callers can test with errors.Is.
 var (
@@ -44,13 +45,11 @@ var (
 var ErrProtocol = errs.ErrProtocol
 
 // ErrMessageTooLarge: a message is larger than the peer accepts (its Config.MaxMessageSize).
-var ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
-	"(see Conn.MaxMessageSize; raise the peer's Config.MaxMessageSize, or move bulk data with Export and WriteRemote)")
+var ErrMessageTooLarge = errs.ErrMessageTooLarge
 
 // ErrCompletionsFull: an asynchronous operation was not posted because its
 // completion might not fit Completions(), which the poller must never block on.
-var ErrCompletionsFull = errors.New("Completions() is full: receive the completions of earlier " +
-	"PostSend, PostWriteRemote and PostReadRemote calls before posting more")
+var ErrCompletionsFull = errs.ErrCompletionsFull
 
 // ErrRemoteAccess: the remote side refused a one-sided access (outside the
 // exported range, without the right, or after the export ended).
@@ -59,14 +58,3 @@ var ErrRemoteAccess = errors.New("remote access refused (outside the exported ra
 // errInvalidWrite is WriteTo's answer (io.Copy's too) to an io.Writer that
 // reports more bytes written than it was given, or fewer than none.
 var errInvalidWrite = errors.New("invalid write result")
-
-// closeTimeout is Close's (or CloseWrite's) error when Config.CloseTimeout
-// ran out before what was written reached the peer, on either transport.
-// It is a timeout, and matches os.ErrDeadlineExceeded.
-type closeTimeout struct{ what string }
-
-func (e *closeTimeout) Error() string {
-	return "timed out after Config.CloseTimeout: " + e.what + " (the peer stopped reading; the connection was closed anyway)"
-}
-func (e *closeTimeout) Timeout() bool        { return true }
-func (e *closeTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
@@ -367,7 +368,7 @@ func (c *engine) sendFIN(timeout time.Duration) error {
 			return nil
 		}
 		if !c.closeWaitLocked(&w, until) {
-			return &closeTimeout{"the peer granted no receive buffer for the end-of-stream mark"}
+			return &errs.CloseTimeout{What: "the peer granted no receive buffer for the end-of-stream mark"}
 		}
 	}
 }

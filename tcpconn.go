@@ -14,6 +14,7 @@ import (
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/tcpframe"
 )
 
@@ -665,7 +666,7 @@ func (t *tcpConn) closeWrite() error {
 		t.finSent = false // not sent: a later CloseWrite tries again
 		t.wmu.Unlock()
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = &closeTimeout{"the send queue stayed full, so the end-of-stream mark could not be queued"}
+			err = &errs.CloseTimeout{What: "the send queue stayed full, so the end-of-stream mark could not be queued"}
 		}
 		return t.opError("close", err)
 	}
@@ -702,7 +703,7 @@ func (t *tcpConn) shutdown() error {
 	if t.writeFailed() {
 		var ne net.Error
 		if errors.As(t.werr, &ne) && ne.Timeout() {
-			err = &closeTimeout{"data written before Close was not taken by the peer"}
+			err = &errs.CloseTimeout{What: "data written before Close was not taken by the peer"}
 		}
 	} else {
 		// The end of stream follows the frames written (a second shutdown
@@ -748,7 +749,7 @@ func (t *tcpConn) waitAcked(deadline time.Time) error {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return &closeTimeout{"data written before Close was not acknowledged by the peer"}
+			return &errs.CloseTimeout{What: "data written before Close was not acknowledged by the peer"}
 		}
 		time.Sleep(min(wait, left))
 		wait = min(2*wait, 10*time.Millisecond)

@@ -1,10 +1,14 @@
 // Package errs holds the sentinel errors that internal packages return and
 // the root package exports under the same names: one value each, so
 // errors.Is matches whichever package wrapped it. Their documentation is
-// the root package's (errors.go).
+// the root package's (errors.go). It also holds the errors the root
+// package and internal packages both return without exporting them.
 package errs
 
-import "errors"
+import (
+	"errors"
+	"os"
+)
 
 var (
 	// ErrNoDevice: the machine has no RDMA device (or rdma_ucm is not loaded),
@@ -21,7 +25,26 @@ var (
 		"(raise it: `ulimit -l unlimited`, or LimitMEMLOCK=infinity for a systemd service)")
 	// ErrProtocol: the peer broke the wire protocol.
 	ErrProtocol = errors.New("rdma protocol violation by peer")
+	// ErrMessageTooLarge: a message is larger than the peer accepts (its Config.MaxMessageSize).
+	ErrMessageTooLarge = errors.New("message larger than the peer accepts " +
+		"(see Conn.MaxMessageSize; raise the peer's Config.MaxMessageSize, or move bulk data with Export and WriteRemote)")
+	// ErrCompletionsFull: an asynchronous operation was not posted because its
+	// completion might not fit Completions(), which the poller must never block on.
+	ErrCompletionsFull = errors.New("Completions() is full: receive the completions of earlier " +
+		"PostSend, PostWriteRemote and PostReadRemote calls before posting more")
 )
+
+// CloseTimeout is Close's (or CloseWrite's) error when Config.CloseTimeout
+// ran out before what was written reached the peer, on either transport
+// (the RDMA engine and internal/tcpconn). It is a timeout, and matches
+// os.ErrDeadlineExceeded.
+type CloseTimeout struct{ What string }
+
+func (e *CloseTimeout) Error() string {
+	return "timed out after Config.CloseTimeout: " + e.What + " (the peer stopped reading; the connection was closed anyway)"
+}
+func (e *CloseTimeout) Timeout() bool        { return true }
+func (e *CloseTimeout) Is(target error) bool { return target == os.ErrDeadlineExceeded }
 
 // DeviceFailed is the error of a device that can no longer be used. It
 // matches ErrNoDevice (there is no usable device) but says what happened;

@@ -2,6 +2,8 @@ package errs
 
 import (
 	"errors"
+	"net"
+	"os"
 	"syscall"
 	"testing"
 )
@@ -20,5 +22,21 @@ func TestDeviceFailedChain(t *testing.T) {
 	}
 	if plain := (&DeviceFailed{Msg: "removed"}); plain.Error() != "removed" || plain.Unwrap() != nil {
 		t.Errorf("without a cause: %q, unwraps to %v", plain, plain.Unwrap())
+	}
+}
+
+// TestCloseTimeout: Close's timeout is a timeout that matches
+// os.ErrDeadlineExceeded, so the *net.OpError wrapping it is a net.Error
+// timeout, as every deadline error of a Conn.
+func TestCloseTimeout(t *testing.T) {
+	err := error(&CloseTimeout{What: "data written before Close was not acknowledged by the peer"})
+	var ne net.Error = &net.OpError{Op: "close", Net: "rdma", Err: err}
+	if !errors.Is(ne, os.ErrDeadlineExceeded) || !ne.Timeout() {
+		t.Errorf("%v: matches os.ErrDeadlineExceeded %v, a timeout %v", ne, errors.Is(ne, os.ErrDeadlineExceeded), ne.Timeout())
+	}
+	want := "timed out after Config.CloseTimeout: data written before Close was not acknowledged by the peer " +
+		"(the peer stopped reading; the connection was closed anyway)"
+	if err.Error() != want {
+		t.Errorf("text %q, want %q", err, want)
 	}
 }
