@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/tcpconn"
 )
 
 // Conn is an RDMA reliable connection with the semantics of a TCP stream. It
@@ -18,7 +19,8 @@ import (
 // RDMA), and wraps the engine's error in a *net.OpError naming the
 // operation.
 type Conn struct {
-	tcp *tcpConn // non-nil: the connection fell back to TCP; every method defers to it
+	// Non-nil: the connection fell back to TCP; every method defers to it.
+	tcp *tcpconn.Conn[OpCompletion, Notification]
 	engine
 }
 
@@ -43,7 +45,7 @@ func (c *Conn) wrap(op string, err error) error {
 // closed (or half-closed) and every byte it wrote has been read.
 func (c *Conn) Read(b []byte) (int, error) {
 	if c.tcp != nil {
-		return c.tcp.read(b)
+		return c.tcp.Read(b)
 	}
 	n, err := c.read(b)
 	if err != nil {
@@ -63,7 +65,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 // returned as w returned it.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	if c.tcp != nil {
-		return io.Copy(w, tcpReader{c.tcp})
+		return c.tcp.WriteTo(w)
 	}
 	n, werr, err := c.writeTo(w)
 	if werr != nil {
@@ -78,7 +80,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 // in the socket buffer).
 func (c *Conn) Write(b []byte) (int, error) {
 	if c.tcp != nil {
-		return c.tcp.write(b)
+		return c.tcp.Write(b)
 	}
 	n, err := c.write(b)
 	if err != nil {
@@ -91,7 +93,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 // before it and then io.EOF, and can still write back.
 func (c *Conn) CloseWrite() error {
 	if c.tcp != nil {
-		return c.tcp.closeWrite()
+		return c.tcp.CloseWrite()
 	}
 	return c.wrap("close", c.closeWrite())
 }
@@ -101,7 +103,7 @@ func (c *Conn) CloseWrite() error {
 // end-of-stream, and every RDMA resource is released.
 func (c *Conn) Close() error {
 	if c.tcp != nil {
-		return c.tcp.close()
+		return c.tcp.Close()
 	}
 	return c.wrap("close", c.close())
 }
@@ -109,7 +111,7 @@ func (c *Conn) Close() error {
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
 	if c.tcp != nil {
-		return c.tcp.setDeadline("set deadline", t, true, true)
+		return c.tcp.SetDeadline("set deadline", t, true, true)
 	}
 	return c.wrap("set deadline", c.setDeadline(t, true, true))
 }
@@ -117,7 +119,7 @@ func (c *Conn) SetDeadline(t time.Time) error {
 // SetReadDeadline sets the deadline for Read calls, pending and future.
 func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.tcp != nil {
-		return c.tcp.setDeadline("set read deadline", t, true, false)
+		return c.tcp.SetDeadline("set read deadline", t, true, false)
 	}
 	return c.wrap("set read deadline", c.setDeadline(t, true, false))
 }
@@ -125,7 +127,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 // SetWriteDeadline sets the deadline for Write calls, pending and future.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
 	if c.tcp != nil {
-		return c.tcp.setDeadline("set write deadline", t, false, true)
+		return c.tcp.SetDeadline("set write deadline", t, false, true)
 	}
 	return c.wrap("set write deadline", c.setDeadline(t, false, true))
 }
@@ -133,7 +135,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 // LocalAddr returns the local address.
 func (c *Conn) LocalAddr() net.Addr {
 	if c.tcp != nil {
-		return c.tcp.laddr
+		return c.tcp.LocalAddr()
 	}
 	return c.localAddr()
 }
@@ -141,7 +143,7 @@ func (c *Conn) LocalAddr() net.Addr {
 // RemoteAddr returns the peer's address.
 func (c *Conn) RemoteAddr() net.Addr {
 	if c.tcp != nil {
-		return c.tcp.raddr
+		return c.tcp.RemoteAddr()
 	}
 	return c.remoteAddr()
 }
@@ -163,13 +165,13 @@ func (c *Conn) FallbackReason() error {
 	if c.tcp == nil {
 		return nil
 	}
-	return c.tcp.fallbackReason
+	return c.tcp.FallbackReason()
 }
 
 // Stats returns the connection's counters.
 func (c *Conn) Stats() ConnStats {
 	if c.tcp != nil {
-		return c.tcp.stats()
+		return ConnStats{} // none of its counters (posts, work requests, polls) exists over TCP
 	}
 	return c.stats()
 }
@@ -181,7 +183,7 @@ func (c *Conn) Stats() ConnStats {
 // a system call: for debugging, not for a hot path.
 func (c *Conn) QPInfo() (QPInfo, error) {
 	if c.tcp != nil {
-		return QPInfo{}, c.tcp.notRDMA("qp info")
+		return QPInfo{}, c.tcp.OpError("qp info", ErrNotRDMA)
 	}
 	info, err := c.qpInfo()
 	return info, c.wrap("qp info", err)
@@ -196,7 +198,7 @@ func (c *Conn) QPInfo() (QPInfo, error) {
 // Either way it arrives whole and is never copied.
 func (c *Conn) MaxMessageSize() int {
 	if c.tcp != nil {
-		return c.tcp.peerMaxMsg
+		return c.tcp.MaxMessageSize()
 	}
 	return c.maxMessageSize()
 }
@@ -206,7 +208,7 @@ func (c *Conn) MaxMessageSize() int {
 // operations. Bytes() has length n. Send takes at most MaxMessageSize bytes.
 func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 	if c.tcp != nil {
-		return c.tcp.alloc(n)
+		return c.tcp.Alloc(n)
 	}
 	b, err := c.alloc(n)
 	return b, c.wrap("alloc", err)
@@ -221,7 +223,7 @@ func (c *Conn) Alloc(n int) (buffer.Buf, error) {
 // device); any other Buf is copied into one first.
 func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
 	if c.tcp != nil {
-		return c.tcp.send(ctx, b, false, 0)
+		return c.tcp.Send(ctx, b)
 	}
 	return c.wrap("send", c.sendMessage(ctx, b, false, 0))
 }
@@ -230,7 +232,7 @@ func (c *Conn) Send(ctx context.Context, b buffer.Buf) error {
 // also arrives on Completions() with id.
 func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
 	if c.tcp != nil {
-		return c.tcp.send(ctx, b, true, id)
+		return c.tcp.PostSend(ctx, b, id)
 	}
 	return c.wrap("send", c.sendMessage(ctx, b, true, id))
 }
@@ -240,7 +242,7 @@ func (c *Conn) PostSend(ctx context.Context, b buffer.Buf, id uint64) error {
 // last message) or the connection ends; Recv reports why.
 func (c *Conn) Messages() <-chan buffer.Buf {
 	if c.tcp != nil {
-		return c.tcp.msgs
+		return c.tcp.Messages()
 	}
 	return c.messages()
 }
@@ -249,7 +251,7 @@ func (c *Conn) Messages() <-chan buffer.Buf {
 // At the end it returns io.EOF, or the connection's error.
 func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 	if c.tcp != nil {
-		return c.tcp.recv(ctx)
+		return c.tcp.Recv(ctx)
 	}
 	b, err := c.recv(ctx)
 	if err != nil {
@@ -278,7 +280,7 @@ func (c *Conn) Recv(ctx context.Context) (buffer.Buf, error) {
 // errors.ErrUnsupported.
 func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 	if c.tcp != nil {
-		return nil, c.tcp.notRDMA("export")
+		return nil, c.tcp.OpError("export", ErrNotRDMA)
 	}
 	e, err := c.export(b, access)
 	return e, c.wrap("export", err)
@@ -287,7 +289,7 @@ func (c *Conn) Export(b buffer.Buf, access Access) (*Export, error) {
 // Notifications delivers the peer's WriteRemoteImm notifications.
 func (c *Conn) Notifications() <-chan Notification {
 	if c.tcp != nil {
-		return c.tcp.notes
+		return c.tcp.Notifications()
 	}
 	return c.notifications()
 }
@@ -298,7 +300,7 @@ func (c *Conn) Notifications() <-chan Notification {
 // the end it returns io.EOF, or the connection's error.
 func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 	if c.tcp != nil {
-		return Notification{}, c.tcp.notRDMA("recv notification")
+		return Notification{}, c.tcp.OpError("recv notification", ErrNotRDMA)
 	}
 	n, err := c.recvNotification(ctx)
 	if err != nil {
@@ -314,7 +316,7 @@ func (c *Conn) RecvNotification(ctx context.Context) (Notification, error) {
 // waits for the ends itself does better with RecvCompletion.
 func (c *Conn) Completions() <-chan OpCompletion {
 	if c.tcp != nil {
-		return c.tcp.opDone
+		return c.tcp.Completions()
 	}
 	return c.completions()
 }
@@ -335,7 +337,7 @@ func (c *Conn) Completions() <-chan OpCompletion {
 // next keepalive check (Config.KeepAlive), whichever comes first.
 func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
 	if c.tcp != nil {
-		return c.tcp.recvCompletion(ctx)
+		return c.tcp.RecvCompletion(ctx)
 	}
 	oc, err := c.recvCompletion(ctx)
 	if err != nil {
@@ -348,7 +350,7 @@ func (c *Conn) RecvCompletion(ctx context.Context) (OpCompletion, error) {
 // offset, and returns when the NIC reports them placed.
 func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
+		return c.tcp.OpError("write remote", ErrNotRDMA)
 	}
 	return c.wrap("write remote", c.writeRemote(ctx, local, remote, offset, 0, false, false, 0))
 }
@@ -357,7 +359,7 @@ func (c *Conn) WriteRemote(ctx context.Context, local buffer.Buf, remote RemoteB
 // Notifications() (it uses one of the peer's receive buffers, like a message).
 func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
+		return c.tcp.OpError("write remote", ErrNotRDMA)
 	}
 	return c.wrap("write remote", c.writeRemote(ctx, local, remote, offset, imm, true, false, 0))
 }
@@ -365,7 +367,7 @@ func (c *Conn) WriteRemoteImm(ctx context.Context, local buffer.Buf, remote Remo
 // ReadRemote fills local from the peer's exported buffer at offset.
 func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("read remote")
+		return c.tcp.OpError("read remote", ErrNotRDMA)
 	}
 	return c.wrap("read remote", c.readRemote(ctx, local, remote, offset, false, 0))
 }
@@ -376,7 +378,7 @@ func (c *Conn) ReadRemote(ctx context.Context, local buffer.Buf, remote RemoteBu
 // untouched until the completion arrives.
 func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
+		return c.tcp.OpError("write remote", ErrNotRDMA)
 	}
 	return c.wrap("write remote", c.writeRemote(context.Background(), local, remote, offset, 0, false, true, id))
 }
@@ -389,7 +391,7 @@ func (c *Conn) PostWriteRemote(local buffer.Buf, remote RemoteBuf, offset, id ui
 // request's end before waiting for the answer (RecvNotification).
 func (c *Conn) PostWriteRemoteImm(ctx context.Context, local buffer.Buf, remote RemoteBuf, offset uint64, imm uint32, id uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("write remote")
+		return c.tcp.OpError("write remote", ErrNotRDMA)
 	}
 	return c.wrap("write remote", c.writeRemote(ctx, local, remote, offset, imm, true, true, id))
 }
@@ -397,7 +399,7 @@ func (c *Conn) PostWriteRemoteImm(ctx context.Context, local buffer.Buf, remote 
 // PostReadRemote starts ReadRemote; its end arrives on Completions() with id.
 func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("read remote")
+		return c.tcp.OpError("read remote", ErrNotRDMA)
 	}
 	return c.wrap("read remote", c.readRemote(context.Background(), local, remote, offset, true, id))
 }
@@ -419,7 +421,7 @@ func (c *Conn) PostReadRemote(local buffer.Buf, remote RemoteBuf, offset, id uin
 // TCP-backed connection it returns ErrNotRDMA.
 func (c *Conn) CompareAndSwap(ctx context.Context, remote RemoteBuf, offset, compare, swap uint64) (uint64, error) {
 	if c.tcp != nil {
-		return 0, c.tcp.notRDMA("compare and swap")
+		return 0, c.tcp.OpError("compare and swap", ErrNotRDMA)
 	}
 	old, err := c.compareAndSwap(ctx, remote, offset, compare, swap, false, 0)
 	return old, c.wrap("compare and swap", err)
@@ -430,7 +432,7 @@ func (c *Conn) CompareAndSwap(ctx context.Context, remote RemoteBuf, offset, com
 // word's value before. Its rules are CompareAndSwap's.
 func (c *Conn) FetchAdd(ctx context.Context, remote RemoteBuf, offset, add uint64) (uint64, error) {
 	if c.tcp != nil {
-		return 0, c.tcp.notRDMA("fetch and add")
+		return 0, c.tcp.OpError("fetch and add", ErrNotRDMA)
 	}
 	old, err := c.fetchAdd(ctx, remote, offset, add, false, 0)
 	return old, c.wrap("fetch and add", err)
@@ -443,7 +445,7 @@ func (c *Conn) FetchAdd(ctx context.Context, remote RemoteBuf, offset, add uint6
 // ones until answers return; none fails for it.
 func (c *Conn) PostCompareAndSwap(remote RemoteBuf, offset, compare, swap, id uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("compare and swap")
+		return c.tcp.OpError("compare and swap", ErrNotRDMA)
 	}
 	_, err := c.compareAndSwap(context.Background(), remote, offset, compare, swap, true, id)
 	return c.wrap("compare and swap", err)
@@ -453,7 +455,7 @@ func (c *Conn) PostCompareAndSwap(remote RemoteBuf, offset, compare, swap, id ui
 // RecvCompletion) with id, the old value in OpCompletion.Value.
 func (c *Conn) PostFetchAdd(remote RemoteBuf, offset, add, id uint64) error {
 	if c.tcp != nil {
-		return c.tcp.notRDMA("fetch and add")
+		return c.tcp.OpError("fetch and add", ErrNotRDMA)
 	}
 	_, err := c.fetchAdd(context.Background(), remote, offset, add, true, id)
 	return c.wrap("fetch and add", err)

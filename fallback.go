@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/internal/deadline"
+	"github.com/verbline/rdma/internal/tcpconn"
 	"github.com/verbline/rdma/internal/tcpframe"
 )
 
@@ -157,12 +158,12 @@ func (d *Dialer) dialFallback(ctx context.Context, network string, tg dialTarget
 		rerr = fmt.Errorf("no answer within Fallback.RDMATimeout %v: %w", d.Fallback.rdmaTimeout(), rerr)
 	}
 	taddr := net.TCPAddrFromAddrPort(raddr)
-	nd := net.Dialer{KeepAlive: -1} // newTCPConn sets keepalive from Config
+	nd := net.Dialer{KeepAlive: -1} // the connection sets keepalive from Config (tcpOptions)
 	if d.LocalAddr != nil {
 		nd.LocalAddr = &net.TCPAddr{IP: d.LocalAddr.AddrPort.Addr().AsSlice(), Zone: d.LocalAddr.AddrPort.Addr().Zone()}
 	}
 	nc, terr := nd.DialContext(ctx, tcpNetwork(network), target)
-	var t *tcpConn
+	var t *tcpconn.Conn[OpCompletion, Notification]
 	if terr == nil {
 		t, terr = tcpHandshakeDial(ctx, nc.(*net.TCPConn), &cfg)
 		if terr != nil {
@@ -172,7 +173,7 @@ func (d *Dialer) dialFallback(ctx context.Context, network string, tg dialTarget
 	if terr != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: taddr, Err: &fallbackError{rdma: rerr, tcp: tcpDialErr(terr)}}
 	}
-	t.fallbackReason = rerr
+	t.SetFallbackReason(rerr)
 	return &Conn{tcp: t}, nil
 }
 
@@ -183,7 +184,7 @@ func (d *Dialer) dialFallback(ctx context.Context, network string, tg dialTarget
 // socket's write deadline fires first, an error matching
 // context.DeadlineExceeded when the context's end is seen first.
 func tcpDialErr(err error) error {
-	err = sockErr(err)
+	err = tcpconn.SockErr(err)
 	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return os.ErrDeadlineExceeded
 	}
@@ -261,12 +262,12 @@ func (lc *ListenConfig) listenFallback(ctx context.Context, network, address str
 			if ap.Port() == 0 && rl != nil && errors.Is(terr, syscall.EADDRINUSE) {
 				continue
 			}
-			return nil, &net.OpError{Op: "listen", Net: network, Addr: taddr, Err: sockErr(terr)}
+			return nil, &net.OpError{Op: "listen", Net: network, Addr: taddr, Err: tcpconn.SockErr(terr)}
 		}
 		return lc.newFallbackListener(&cfg, rl, noRDMA, tl.(*net.TCPListener)), nil
 	}
 	return nil, &net.OpError{Op: "listen", Net: network, Addr: dialAddr(address),
-		Err: fmt.Errorf("no port free for both rdma_cm and TCP after %d tries: %w", tries, sockErr(lastErr))}
+		Err: fmt.Errorf("no port free for both rdma_cm and TCP after %d tries: %w", tries, tcpconn.SockErr(lastErr))}
 }
 
 func (lc *ListenConfig) newFallbackListener(cfg *Config, rl *Listener, noRDMA error, tl *net.TCPListener) *Listener {
@@ -330,7 +331,7 @@ func (f *fallbackListener) tcpLoop() {
 				}
 			}
 			f.mu.Lock()
-			f.tcpErr = sockErr(err)
+			f.tcpErr = tcpconn.SockErr(err)
 			f.mu.Unlock()
 			return
 		}
@@ -487,7 +488,7 @@ func (f *fallbackListener) close() error {
 		if rerr != nil {
 			f.closeErr = rerr
 		} else if terr != nil {
-			f.closeErr = &net.OpError{Op: "close", Net: "tcp", Addr: f.tcp.Addr(), Err: sockErr(terr)}
+			f.closeErr = &net.OpError{Op: "close", Net: "tcp", Addr: f.tcp.Addr(), Err: tcpconn.SockErr(terr)}
 		}
 	})
 	return f.closeErr

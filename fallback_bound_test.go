@@ -25,7 +25,7 @@ import (
 // applied) holds in received frames nobody took while its reader waits
 // for the application: its budget and the frame that crossed it.
 func tcpConnBound(cfg Config, pool *buffer.Pool) int64 {
-	return tcpRecvBudget(&cfg) + int64(pool.MaxSize())
+	return tcpOptions(&cfg, pool).RecvBudget() + int64(pool.MaxSize())
 }
 
 // Hostile peers that send complete messages (and stream data) that the

@@ -1,7 +1,7 @@
-// Package tcpframe is the TCP fallback's wire format (the root package's
-// fallback.go and tcpconn.go): a hello exchange, then frames that carry
-// the stream and the message view over one TCP connection. Version 1.0;
-// every integer is big-endian.
+// Package tcpframe is the TCP fallback's wire format (internal/tcpconn,
+// the root package's fallback.go): a hello exchange, then frames that
+// carry the stream and the message view over one TCP connection. Version
+// 1.0; every integer is big-endian.
 //
 // Hello (16 bytes), the dialer's first and then the listener's answer:
 //

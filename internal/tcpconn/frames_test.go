@@ -1,4 +1,4 @@
-package rdma
+package tcpconn
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/tcpframe"
 )
 
@@ -20,7 +21,7 @@ func TestFrameMarksRefused(t *testing.T) {
 	var b [tcpframe.HeaderLen]byte
 	for _, typ := range []byte{frameFIN, frameStop} {
 		tcpframe.PutHeader(&b, typ, 0)
-		if _, _, err := tcpframe.ParseHeader(&b, lim); !errors.Is(err, ErrProtocol) {
+		if _, _, err := tcpframe.ParseHeader(&b, lim); !errors.Is(err, errs.ErrProtocol) {
 			t.Errorf("type %d length 0: err %v, want ErrProtocol", typ, err)
 		}
 	}
@@ -54,36 +55,20 @@ func wantFrames(in []byte, lim tcpframe.Limits) (msgs [][]byte, stream []byte, c
 // FuzzTCPFrames feeds arbitrary bytes, as a peer's frames after the hello,
 // through the reader a TCP-backed connection uses (readLoop, tcpframe.Reader,
 // the receive budget and the message hand-over), over a net.Pipe, and
-// takes what it delivers with recv and readStream: no panic; the messages
+// takes what it delivers with Recv and readStream: no panic; the messages
 // and the stream bytes are exactly those of the well-formed frames before
 // the first violation; the end is io.EOF after a clean end, else an error
 // matching ErrProtocol; what the received frames hold stays within the
 // budget plus one frame, and every buffer goes back to the pool.
 func FuzzTCPFrames(f *testing.F) {
-	var b [tcpframe.HeaderLen]byte
-	var seed []byte
-	for _, fr := range []struct {
-		typ byte
-		n   int
-	}{{tcpframe.TypeStream, 3}, {tcpframe.TypeMessage, 0}, {tcpframe.TypeMessage, 5}, {tcpframe.TypeMessage, 300}, {tcpframe.TypeStream, 100}, {tcpframe.TypeMessage, 257}} {
-		tcpframe.PutHeader(&b, fr.typ, fr.n)
-		seed = append(append(seed, b[:]...), bytes.Repeat([]byte{byte(fr.n)}, fr.n)...)
-	}
-	f.Add(seed)
-	f.Add(seed[:7])
-	f.Add(seed[:len(seed)-1])
-	f.Add([]byte{tcpframe.TypeMessage, 0xff, 0xff, 0xff, 0xff})
-	f.Add([]byte{tcpframe.TypeMessage, 0, 0, 1, 0x2d}) // one byte above the limit
-	f.Add([]byte{tcpframe.TypeStream, 0, 0, 0, 0})
-	f.Add([]byte{9, 0, 0, 0, 1, 0})
-	many := bytes.Repeat(append(frameHeaderOf(tcpframe.TypeMessage, 0), frameHeaderOf(tcpframe.TypeStream, 1)[:]...), 50)
-	f.Add(append(many, 0))
+	addFrameSeeds(f)
 	lim := tcpframe.Limits{MaxMessage: 300, MaxChunk: 100}
-	cfg := (&Config{RecvBuffers: 4, BufferSize: 64, HandshakeTimeout: 5 * time.Second}).withDefaults()
 	pool, err := buffer.NewPool(nil, buffer.Options{MaxBytes: 64 << 20})
 	if err != nil {
 		f.Fatal(err)
 	}
+	o := testOptions(pool)
+	o.RecvBuffers, o.BufferSize = 4, 64
 	largest, err := pool.Get(lim.MaxMessage)
 	if err != nil {
 		f.Fatal(err)
@@ -98,52 +83,13 @@ func FuzzTCPFrames(f *testing.F) {
 			a.Write(in)
 			a.Close()
 		}()
-		c := makeTCPConn(z, &cfg, pool, lim, tcpframe.Hello{MaxMessage: 300, MaxChunk: 100})
-		// Counted: the budget and the frame that crossed it. In the pool:
-		// that, the frame being read (two buffers while it grows), the
-		// message being checked and the stream chunk being copied.
+		c := makeConn[completion, note](z, &o, lim, newCompletion, tcpframe.Hello{MaxMessage: 300, MaxChunk: 100})
 		defer c.cancel()
-		bound := c.recvBudget + maxBuf
-		poolBound := bound + 4*maxBuf
 		go c.readLoop()
 		go c.deliverLoop()
-		var stream []byte
-		var serr error
-		sdone := make(chan struct{})
-		go func() {
-			defer close(sdone)
-			buf := make([]byte, 7)
-			for {
-				n, err := c.readStream(buf)
-				stream = append(stream, buf[:n]...)
-				if err != nil {
-					serr = err
-					return
-				}
-			}
-		}()
-		var msgs [][]byte
-		var merr error
-		for {
-			if h := c.held.Load(); h > bound {
-				t.Fatalf("received frames hold %d bytes; the bound is %d", h, bound)
-			}
-			if u := pool.Stats().InUseBytes; u > poolBound {
-				t.Fatalf("the pool has %d bytes in use; the bound is %d", u, poolBound)
-			}
-			m, err := c.recv(context.Background())
-			if err != nil {
-				merr = err
-				break
-			}
-			msgs = append(msgs, append([]byte(nil), m.Bytes()...))
-			m.Release()
-		}
-		<-sdone
-		<-c.drained
-		<-c.delivered
+		msgs, stream, merr, serr := takeFrames(t, c, maxBuf)
 		for _, err := range []error{merr, serr} {
-			if clean && err != io.EOF || !clean && !errors.Is(err, ErrProtocol) {
+			if clean && err != io.EOF || !clean && !errors.Is(err, errs.ErrProtocol) {
 				t.Fatalf("the reader ended with %v; want io.EOF after a clean end (%v), else ErrProtocol", err, clean)
 			}
 		}
@@ -164,9 +110,91 @@ func FuzzTCPFrames(f *testing.F) {
 	})
 }
 
+// addFrameSeeds adds well-formed frames, cut ones, and headers above the
+// limits or of unknown types.
+func addFrameSeeds(f *testing.F) {
+	var b [tcpframe.HeaderLen]byte
+	var seed []byte
+	for _, fr := range []struct {
+		typ byte
+		n   int
+	}{{tcpframe.TypeStream, 3}, {tcpframe.TypeMessage, 0}, {tcpframe.TypeMessage, 5}, {tcpframe.TypeMessage, 300}, {tcpframe.TypeStream, 100}, {tcpframe.TypeMessage, 257}} {
+		tcpframe.PutHeader(&b, fr.typ, fr.n)
+		seed = append(append(seed, b[:]...), bytes.Repeat([]byte{byte(fr.n)}, fr.n)...)
+	}
+	f.Add(seed)
+	f.Add(seed[:7])
+	f.Add(seed[:len(seed)-1])
+	f.Add([]byte{tcpframe.TypeMessage, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{tcpframe.TypeMessage, 0, 0, 1, 0x2d}) // one byte above the limit
+	f.Add([]byte{tcpframe.TypeStream, 0, 0, 0, 0})
+	f.Add([]byte{9, 0, 0, 0, 1, 0})
+	many := bytes.Repeat(append(frameHeaderOf(tcpframe.TypeMessage, 0), frameHeaderOf(tcpframe.TypeStream, 1)[:]...), 50)
+	f.Add(append(many, 0))
+}
+
+// takeFrames takes c's messages (Recv) and stream (readStream, at once)
+// to their ends, and checks the bounds meanwhile. Counted in c: the budget
+// and the frame that crossed it (maxBuf at most). In the pool: that, the
+// frame being read (two buffers while it grows), the message being checked
+// and the stream chunk being copied.
+func takeFrames(t *testing.T, c *Conn[completion, note], maxBuf int64) (msgs [][]byte, stream []byte, merr, serr error) {
+	bound := c.recvBudget + maxBuf
+	poolBound := bound + 4*maxBuf
+	sdone := make(chan struct{})
+	go func() {
+		defer close(sdone)
+		buf := make([]byte, 7)
+		for {
+			n, err := c.readStream(buf)
+			stream = append(stream, buf[:n]...)
+			if err != nil {
+				serr = err
+				return
+			}
+		}
+	}()
+	for {
+		if h := c.held.Load(); h > bound {
+			t.Fatalf("received frames hold %d bytes; the bound is %d", h, bound)
+		}
+		if u := c.pool.Stats().InUseBytes; u > poolBound {
+			t.Fatalf("the pool has %d bytes in use; the bound is %d", u, poolBound)
+		}
+		m, err := c.Recv(context.Background())
+		if err != nil {
+			merr = err
+			break
+		}
+		msgs = append(msgs, append([]byte(nil), m.Bytes()...))
+		m.Release()
+	}
+	<-sdone
+	<-c.drained
+	<-c.delivered
+	return msgs, stream, merr, serr
+}
+
 // frameHeaderOf is a frame header announcing n bytes of type typ.
 func frameHeaderOf(typ byte, n int) []byte {
 	var h [tcpframe.HeaderLen]byte
 	tcpframe.PutHeader(&h, typ, n)
 	return h[:]
+}
+
+// completion and note stand for the root package's OpCompletion and
+// Notification.
+type completion struct {
+	id  uint64
+	err error
+}
+
+type note struct{}
+
+func newCompletion(id uint64, err error) completion { return completion{id, err} }
+
+// testOptions are the root package's defaults (Config.withDefaults) over pool.
+func testOptions(pool *buffer.Pool) Options {
+	return Options{RecvBuffers: 64, SendBuffers: 64, BufferSize: 32 << 10, KeepAlive: 15 * time.Second,
+		HandshakeTimeout: 5 * time.Second, CloseTimeout: 5 * time.Second, Pool: pool}
 }

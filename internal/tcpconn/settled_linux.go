@@ -1,4 +1,4 @@
-package rdma
+package tcpconn
 
 import (
 	"net"
@@ -17,10 +17,10 @@ const (
 	tcpStateClose    = 7
 )
 
-// tcpSendSettled reports whether the peer acknowledged everything nc sent,
+// sendSettled reports whether the peer acknowledged everything nc sent,
 // its FIN included, or the connection is gone. Called after nc's writing
 // side is shut down. known is false if the socket's state could not be read.
-func tcpSendSettled(nc *net.TCPConn) (settled, known bool) {
+func sendSettled(nc *net.TCPConn) (settled, known bool) {
 	rc, err := nc.SyscallConn()
 	if err != nil {
 		return false, false
