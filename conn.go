@@ -13,11 +13,11 @@ import (
 // Conn is an RDMA reliable connection with the semantics of a TCP stream. It
 // implements net.Conn; many goroutines may call its methods at once.
 //
-// Each method is written once here: it defers to the TCP connection where
-// a Dialer or ListenConfig with Fallback fell back to TCP (fallback.go),
-// else to the RDMA engine (engine.go; engine_stub.go in builds without
-// RDMA), and wraps the engine's error in a *net.OpError naming the
-// operation.
+// Each method is written once here: it defers to the TCP connection
+// (internal/tcpconn) where a Dialer or ListenConfig with Fallback fell back
+// to TCP (fallback.go), else to the RDMA engine (engine.go; engine_stub.go
+// in builds without RDMA), and wraps the engine's error in a *net.OpError
+// naming the operation.
 type Conn struct {
 	// Non-nil: the connection fell back to TCP; every method defers to it.
 	tcp *tcpconn.Conn[OpCompletion, Notification]
