@@ -19,6 +19,7 @@ import (
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wait"
 	"github.com/verbline/rdma/internal/wire"
 )
 
@@ -78,7 +79,7 @@ type engine struct {
 	released     bool            // the endpoint is gone: completions are ignored
 	disconnected bool            // a disconnect request went to the peer (disconnectLocked)
 	ringFreed    bool            // the receive ring went back to the pool (after release)
-	wake         wakeup          // the parked waiters but Read's and Write's
+	wake         wait.Wakeup     // the parked waiters but Read's and Write's
 	recvWRs      []verbs.RecvWR  // scratch for reposting
 	// recvReady are receives taken back whose credits are counted (in
 	// pending) but whose post waits for this side's next send, to go in
@@ -195,7 +196,7 @@ func (c *engine) broadcast() {
 	case c.wrSig <- struct{}{}:
 	default:
 	}
-	c.wake.broadcast()
+	c.wake.Broadcast()
 }
 
 func (c *engine) shutdown() error {

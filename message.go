@@ -316,7 +316,7 @@ again:
 		if !viaChan && w.Started() && !w.Spinning() {
 			// About to park: the wake channel is taken in the critical
 			// section that found the ring empty, so no delivery is missed.
-			wake = c.wake.wait()
+			wake = c.wake.Wait()
 		}
 		c.mu.Unlock()
 		if viaChan {

@@ -25,6 +25,7 @@ import (
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/testhooks"
 	"github.com/verbline/rdma/internal/verbs"
+	"github.com/verbline/rdma/internal/wait"
 	"github.com/verbline/rdma/internal/wire"
 )
 
@@ -95,7 +96,7 @@ type udEndpoint struct {
 	peers      *peerCache[*udPeer]
 	resolving  map[netip.AddrPort]*udResolution
 	resolvers  map[*rdmacm.ID]chan rdmacm.UDEvent
-	wake       wakeup       // the parked waiters
+	wake       wait.Wakeup  // the parked waiters
 	toRelease  []buffer.Buf // released after mu is dropped
 }
 
@@ -557,13 +558,13 @@ func (p *udEndpoint) waitLocked(ctx context.Context, d *deadline.Deadline, w *po
 		p.mu.Lock()
 		return nil
 	}
-	wake := p.wake.wait()
+	wake := p.wake.Wait()
 	p.mu.Unlock()
 	defer p.mu.Lock()
-	return park(ctx, wake, d, p.closing)
+	return wait.Park(ctx, wake, d, p.closing)
 }
 
-func (p *udEndpoint) broadcast() { p.wake.broadcast() }
+func (p *udEndpoint) broadcast() { p.wake.Broadcast() }
 
 // handleCompletions applies a batch of completions. The device's poller
 // (or a waiting caller driving the CQ) calls it; it never blocks: Messages

@@ -5,11 +5,11 @@ package rdma
 import (
 	"context"
 	"net"
-	"os"
 	"time"
 
 	"github.com/verbline/rdma/internal/deadline"
 	"github.com/verbline/rdma/internal/poller"
+	"github.com/verbline/rdma/internal/wait"
 )
 
 // How a blocked call waits: it drives the device's shared CQ itself
@@ -17,7 +17,8 @@ import (
 // learnt from its recent waits), then parks on its wake-up channel once the
 // CQ is armed. The three forms differ in what they park on: Read and Write
 // have a capacity-1 signal channel each (one waiter at most, held by
-// readMu / writeMu), the others the connection's broadcast channel.
+// readMu / writeMu), the others the connection's broadcast channel
+// (wait.Wakeup, which PacketConn's endpoint shares).
 
 // spinWait drives the connection's CQ for a caller whose condition does not
 // hold yet (see poller.Waiter): it starts the wait on first use and reports
@@ -44,54 +45,6 @@ func startWait(w *poller.Waiter, pl *poller.Poller, est *poller.SpinBudget, cfg 
 	w.Start(pl, est, budget)
 }
 
-// wakeup is a broadcast wake-up for the waiters that park (Conn's and
-// PacketConn's): a waiter takes its channel under its owner's lock, in
-// the critical section that found its condition false, and the owner's
-// next state change closes it. A new channel is made only when someone
-// waited on the last, so a change with no waiter costs nothing.
-type wakeup struct {
-	ch      chan struct{}
-	waiters int
-}
-
-// wait returns the channel the next broadcast closes. Called under the
-// owner's lock.
-func (w *wakeup) wait() <-chan struct{} {
-	if w.ch == nil {
-		w.ch = make(chan struct{})
-	}
-	w.waiters++
-	return w.ch
-}
-
-// broadcast wakes every waiter. Called under the owner's lock.
-func (w *wakeup) broadcast() {
-	if w.waiters > 0 {
-		close(w.ch)
-		w.ch = nil
-		w.waiters = 0
-	}
-}
-
-// park sleeps until wake is closed (nil), d passes (os.ErrDeadlineExceeded),
-// closing is closed (net.ErrClosed) or ctx, which may be nil, ends.
-func park(ctx context.Context, wake <-chan struct{}, d *deadline.Deadline, closing <-chan struct{}) error {
-	var done <-chan struct{}
-	if ctx != nil {
-		done = ctx.Done()
-	}
-	select {
-	case <-wake:
-		return nil
-	case <-d.Wait():
-		return os.ErrDeadlineExceeded
-	case <-closing:
-		return net.ErrClosed
-	case <-done:
-		return ctx.Err()
-	}
-}
-
 // closeWaitLocked waits, driving the CQ, for the connection's state to
 // change or until passes (then it reports false). For the waits of
 // CloseWrite and Close, which go on after c.closing is closed. Called with
@@ -106,7 +59,7 @@ func (c *engine) closeWaitLocked(w *poller.Waiter, until time.Time) bool {
 		c.mu.Lock()
 		return true
 	}
-	wake := c.wake.wait()
+	wake := c.wake.Wait()
 	c.mu.Unlock()
 	t := time.NewTimer(time.Until(until))
 	select {
@@ -135,8 +88,8 @@ func (c *engine) waitLocked(ctx context.Context, d *deadline.Deadline, w *poller
 	}
 	// Parked: the wake channel is taken in the critical section that
 	// checked the condition, so no change after that check is missed.
-	wake := c.wake.wait()
+	wake := c.wake.Wait()
 	c.mu.Unlock()
 	defer c.mu.Lock()
-	return park(ctx, wake, d, c.closing)
+	return wait.Park(ctx, wake, d, c.closing)
 }
