@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/ud"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -34,7 +35,7 @@ var (
 func fuzzPacketConn(t *testing.T, pool *buffer.Pool, ethernet bool) (*udEndpoint, []*udPeer) {
 	p := hostPacketConn(ethernet, fuzzMaxPeers)
 	var err error
-	if p.recvHdr, err = pool.Get(fuzzRecv * udHdrSlot); err != nil {
+	if p.recvHdr, err = pool.Get(fuzzRecv * ud.HdrSlot); err != nil {
 		t.Fatal(err)
 	}
 	for range fuzzRecv {
@@ -84,7 +85,7 @@ var fuzzAddrs = []netip.Addr{fuzzResolved, netip.MustParseAddr("10.0.0.9"), fuzz
 // entry for the address claimed, 7 a failed completion. Invariants: no
 // panic; a valid datagram (bits 1, 3, and on RoCE 0 and 2) is delivered
 // whole with its sender; every other completion is delivered only if
-// parseDatagram accepts it and is otherwise counted as dropped and its
+// ud.ParseDatagram accepts it and is otherwise counted as dropped and its
 // buffer reposted; the cache stays within its bounds (learnt entries
 // within half of it, none on InfiniBand) and the entries this side
 // resolved stay, unchanged, whatever the datagrams claim.
@@ -94,11 +95,11 @@ func FuzzDatagramReceive(f *testing.F) {
 		b = binary.BigEndian.AppendUint32(b, qp)
 		b = binary.BigEndian.AppendUint16(b, lid)
 		b = binary.BigEndian.AppendUint16(b, n)
-		s := make([]byte, udHdrSlot)
+		s := make([]byte, ud.HdrSlot)
 		copy(s, slot)
 		return append(b, s...)
 	}
-	valid := make([]byte, udHdrSlot)
+	valid := make([]byte, ud.HdrSlot)
 	wire.DatagramHeader{Port: 7000, MaxPayload: 1, Addr: fuzzResolved}.Put(valid[wire.GRHLen:])
 	fuzzGRH(valid, fuzzResolved)
 	f.Add(false, rec(0x0b, 300, 9, 80, valid))                                     // IB: a forged source for a resolved entry
@@ -127,7 +128,7 @@ func FuzzDatagramReceive(f *testing.F) {
 		for i, e := range mine {
 			want[i] = *e
 		}
-		const recLen = 9 + udHdrSlot
+		const recLen = 9 + ud.HdrSlot
 		for step := 0; len(data) > 0 && step < 64; step++ {
 			r := make([]byte, recLen)
 			data = data[copy(r, data):]
@@ -150,10 +151,10 @@ func FuzzDatagramReceive(f *testing.F) {
 				}
 			}
 			if mode&8 != 0 {
-				wc.ByteLen = udHdrSlot + wc.ByteLen%(fuzzRoom+1)
+				wc.ByteLen = ud.HdrSlot + wc.ByteLen%(fuzzRoom+1)
 			}
 			if mode&0x40 != 0 {
-				if e, ok := p.peers.get(claim); ok {
+				if e, ok := p.peers.Get(claim); ok {
 					wc.SrcQP, wc.SLID = e.qpn, uint32(e.attr.DLID)
 				}
 			}
@@ -161,10 +162,10 @@ func FuzzDatagramReceive(f *testing.F) {
 				wc.Status = verbs.WCLocLenErr
 			}
 			idx := int(wc.WRID & wrIdxMask)
-			hdrSlot := p.recvHdr.Full()[idx*udHdrSlot : (idx+1)*udHdrSlot]
+			hdrSlot := p.recvHdr.Full()[idx*ud.HdrSlot : (idx+1)*ud.HdrSlot]
 			copy(hdrSlot, slot)
 			wellFormed := mode&0x8a == 0x0a && (!ethernet || mode&5 == 5)
-			h, _, accepted := parseDatagram(slot, wc.ByteLen, fuzzRoom, wc.HasGRH(), ethernet)
+			h, _, accepted := ud.ParseDatagram(slot, wc.ByteLen, fuzzRoom, wc.HasGRH(), ethernet)
 			if wellFormed && !accepted {
 				t.Fatalf("step %d: a valid datagram (mode %#x, %d bytes) is not accepted", step, mode, wc.ByteLen)
 			}
@@ -174,35 +175,46 @@ func FuzzDatagramReceive(f *testing.F) {
 			select {
 			case d := <-p.msgs:
 				if wc.Status != verbs.WCSuccess || !accepted {
-					t.Fatalf("step %d: delivered a datagram parseDatagram refuses (mode %#x)", step, mode)
+					t.Fatalf("step %d: delivered a datagram ud.ParseDatagram refuses (mode %#x)", step, mode)
 				}
-				if d.From != h.AddrPort() || d.Buf.Len() != int(wc.ByteLen)-udHdrSlot || d.Buf.Len() < 0 {
-					t.Fatalf("step %d: delivered %d bytes from %v; want %d from %v", step, d.Buf.Len(), d.From, int(wc.ByteLen)-udHdrSlot, h.AddrPort())
+				if d.From != h.AddrPort() || d.Buf.Len() != int(wc.ByteLen)-ud.HdrSlot || d.Buf.Len() < 0 {
+					t.Fatalf("step %d: delivered %d bytes from %v; want %d from %v", step, d.Buf.Len(), d.From, int(wc.ByteLen)-ud.HdrSlot, h.AddrPort())
 				}
 				p.lent[idx] = false // taken back, as recycleRecv does
 			default:
 				if wc.Status == verbs.WCSuccess && accepted {
-					t.Fatalf("step %d: a datagram parseDatagram accepts was not delivered (mode %#x)", step, mode)
+					t.Fatalf("step %d: a datagram ud.ParseDatagram accepts was not delivered (mode %#x)", step, mode)
 				}
 				if p.dropped.Load() != dropped+1 || len(p.recvWRs) != 1 {
 					t.Fatalf("step %d: a refused datagram: dropped %d -> %d, %d reposted", step, dropped, p.dropped.Load(), len(p.recvWRs))
 				}
 			}
-			if n, l := p.peers.len(), p.peers.lenLearned(); n > fuzzMaxPeers || l > fuzzMaxPeers/2 || (!ethernet && l > 0) {
+			if n, l := p.peers.Len(), p.peers.LenLearned(); n > fuzzMaxPeers || l > fuzzMaxPeers/2 || (!ethernet && l > 0) {
 				t.Fatalf("step %d: %d entries, %d learnt", step, n, l)
 			}
 			for i, e := range mine {
-				got, ok := p.peers.m[e.addr]
-				if !ok || got.Value.(*peerItem[*udPeer]).val != e || e.evicted || e.qpn != want[i].qpn ||
+				if got := cachedPeer(p, e.addr); got != e || e.evicted || e.qpn != want[i].qpn ||
 					e.maxPayload != want[i].maxPayload || e.attr != want[i].attr || !e.resolved {
 					t.Fatalf("step %d: the resolved entry for %v changed: %+v, was %+v", step, e.addr, *e, want[i])
 				}
 			}
-			p.peers.each(func(_ netip.AddrPort, e *udPeer) {
+			p.peers.Each(func(_ netip.AddrPort, e *udPeer) {
 				if e.maxPayload < 1 || e.maxPayload > p.maxPayload {
 					t.Fatalf("step %d: entry for %v accepts %d bytes", step, e.addr, e.maxPayload)
 				}
 			})
 		}
 	})
+}
+
+// cachedPeer is the entry cached for addr, nil if none, without marking it
+// used (a Get would change the cache's order under test).
+func cachedPeer(p *udEndpoint, addr netip.AddrPort) *udPeer {
+	var found *udPeer
+	p.peers.Each(func(k netip.AddrPort, e *udPeer) {
+		if k == addr {
+			found = e
+		}
+	})
+	return found
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/testhooks"
+	"github.com/verbline/rdma/internal/ud"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wait"
 	"github.com/verbline/rdma/internal/wire"
@@ -80,7 +81,7 @@ type udEndpoint struct {
 	ringFreed  bool       // the receive ring went back to the pool
 	qpErr      error      // the QP failed: every later call returns it
 	recv       []buffer.Buf
-	recvHdr    buffer.Buf // nRecv slots of udHdrSlot bytes: each receive's GRH and header
+	recvHdr    buffer.Buf // nRecv slots of ud.HdrSlot bytes: each receive's GRH and header
 	slots      []udRecvSlot
 	lent       []bool // receive buffer i is with the user
 	recvPosted int
@@ -93,7 +94,7 @@ type udEndpoint struct {
 	sqLen      int
 	sendSeq    uint64
 	sendWRs    []verbs.UDSendWR // scratch, one request
-	peers      *peerCache[*udPeer]
+	peers      *ud.PeerCache[*udPeer]
 	resolving  map[netip.AddrPort]*udResolution
 	resolvers  map[*rdmacm.ID]chan rdmacm.UDEvent
 	wake       wait.Wakeup  // the parked waiters
@@ -101,10 +102,6 @@ type udEndpoint struct {
 }
 
 const (
-	// udHdrSlot is each receive's first scatter/gather entry: the GRH the
-	// device writes, then the datagram header. The payload goes to a
-	// buffer of its own, which a Datagram hands to the user as it is.
-	udHdrSlot = wire.GRHLen + wire.DatagramHeaderLen
 	// udSignalEvery: one send in this many asks for a completion (and
 	// every one while the send slots run low); a completion retires every
 	// send posted before it.
@@ -290,7 +287,7 @@ func (p *udEndpoint) setupQP(cfg *Config) error {
 func (p *udEndpoint) setupRings() error {
 	pool := p.dev.Pool
 	var err error
-	if p.recvHdr, err = pool.Get(p.nRecv * udHdrSlot); err != nil {
+	if p.recvHdr, err = pool.Get(p.nRecv * ud.HdrSlot); err != nil {
 		return err
 	}
 	p.slots = make([]udRecvSlot, p.nRecv)
@@ -313,7 +310,7 @@ func (p *udEndpoint) setupRings() error {
 	}
 	p.sq = make([]udSendEntry, p.nSend)
 	p.msgs = make(chan Datagram, p.nRecv) // at most nRecv buffers can be lent at once
-	p.peers = newPeerCache(p.maxPeers, p.evictLocked)
+	p.peers = ud.NewPeerCache(p.maxPeers, p.evictLocked)
 	p.recvWRs = make([]verbs.UDRecvWR, 0, p.nRecv)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -326,7 +323,7 @@ func (p *udEndpoint) setupRings() error {
 func (p *udEndpoint) recvWR(i int) verbs.UDRecvWR {
 	b := p.recv[i]
 	return verbs.UDRecvWR{WRID: p.token | wrUDRecv | uint64(i),
-		HdrAddr: p.recvHdr.Addr() + uint64(i*udHdrSlot), HdrLen: udHdrSlot, HdrLKey: p.recvHdr.LKey(),
+		HdrAddr: p.recvHdr.Addr() + uint64(i*ud.HdrSlot), HdrLen: ud.HdrSlot, HdrLKey: p.recvHdr.LKey(),
 		Addr: b.Addr(), Len: uint32(b.Cap()), LKey: b.LKey()}
 }
 
@@ -611,55 +608,23 @@ func (p *udEndpoint) recvLocked(wc *verbs.WC, idx int) {
 		return // the PacketConn failed: nothing more is delivered (teardown frees the buffer)
 	}
 	b := p.recv[idx]
-	from, ok := p.parseLocked(wc, p.recvHdr.Full()[idx*udHdrSlot:(idx+1)*udHdrSlot], b.Cap())
+	from, ok := p.parseLocked(wc, p.recvHdr.Full()[idx*ud.HdrSlot:(idx+1)*ud.HdrSlot], b.Cap())
 	if !ok {
 		p.dropped.Add(1)
 		p.recvWRs = append(p.recvWRs, p.recvWR(idx))
 		return
 	}
-	b.SetLen(int(wc.ByteLen) - udHdrSlot)
+	b.SetLen(int(wc.ByteLen) - ud.HdrSlot)
 	p.lent[idx] = true
 	p.nReceived.Add(1)
 	p.msgs <- Datagram{Buf: b, From: from}
 }
 
-// parseDatagram checks a received datagram: slot is its receive's first
-// scatter/gather entry (the GRH, then the datagram header), byteLen the
-// completion's length (GRH included), room the payload buffer's size,
-// hasGRH whether the completion says a GRH came with it. It returns the datagram's header and, on RoCE
-// (ethernet), its GRH, the IP header the network delivered; false for a
-// datagram to drop: shorter than the header, longer than the buffers
-// posted (no device reports that), a malformed header, or on
-// RoCE no GRH or a GRH whose source is not the header's address (a sender
-// claiming another address than the one it sent from). On InfiniBand the
-// header's address is unproven (a GRH does not carry the sender's LID):
-// heardLocked trusts only the completion's source LID and QP number.
-func parseDatagram(slot []byte, byteLen uint32, room int, hasGRH, ethernet bool) (wire.DatagramHeader, wire.GRH, bool) {
-	if byteLen < udHdrSlot || int64(byteLen)-udHdrSlot > int64(room) || len(slot) < udHdrSlot {
-		return wire.DatagramHeader{}, wire.GRH{}, false
-	}
-	h, err := wire.ParseDatagramHeader(slot[wire.GRHLen:udHdrSlot])
-	if err != nil {
-		return wire.DatagramHeader{}, wire.GRH{}, false
-	}
-	if !ethernet {
-		return h, wire.GRH{}, true
-	}
-	if !hasGRH {
-		return wire.DatagramHeader{}, wire.GRH{}, false
-	}
-	g, err := wire.ParseGRH(slot[:wire.GRHLen])
-	if err != nil || g.SrcAddr() != h.Addr {
-		return wire.DatagramHeader{}, wire.GRH{}, false
-	}
-	return h, g, true
-}
-
 // parseLocked reads who sent the datagram whose GRH and header are in
-// slot, checks it (parseDatagram; room is the payload buffer's size), and
+// slot, checks it (ud.ParseDatagram; room is the payload buffer's size), and
 // records what it proves about its sender (heardLocked).
 func (p *udEndpoint) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.AddrPort, bool) {
-	h, g, ok := parseDatagram(slot, wc.ByteLen, room, wc.HasGRH(), p.ethernet)
+	h, g, ok := ud.ParseDatagram(slot, wc.ByteLen, room, wc.HasGRH(), p.ethernet)
 	if !ok {
 		return netip.AddrPort{}, false
 	}
@@ -677,7 +642,7 @@ func (p *udEndpoint) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.Add
 // InfiniBand). A datagram changes only what it proves about its sender:
 //
 //   - The fabric proves the sending QP's number and, on InfiniBand, its
-//     port's LID; on RoCE the GRH proves the IP address (parseDatagram
+//     port's LID; on RoCE the GRH proves the IP address (ud.ParseDatagram
 //     checked it against the header). Nothing proves the port in the
 //     header: any QP on the same host (RoCE) or anywhere (InfiniBand) can
 //     claim any port.
@@ -696,11 +661,11 @@ func (p *udEndpoint) parseLocked(wc *verbs.WC, slot []byte, room int) (netip.Add
 //     whose max payload is the datagram's (at most ours), which is
 //     resolved in the background one TTL after it was learnt whatever
 //     datagrams follow, and which a send larger than its max payload
-//     resolves at once. Learnt entries evict only each other (peerCache),
+//     resolves at once. Learnt entries evict only each other (ud.PeerCache),
 //     so a flood of datagrams from new sources evicts no entry this side
 //     resolved.
 func (p *udEndpoint) heardLocked(from netip.AddrPort, srcQP uint32, slid uint16, maxPayload int, g *wire.GRH) {
-	if e, ok := p.peers.get(from); ok {
+	if e, ok := p.peers.Get(from); ok {
 		if e.qpn == srcQP && (p.ethernet || e.attr.DLID == slid) {
 			if e.resolved {
 				e.news = coarseclock.Now()
@@ -719,7 +684,7 @@ func (p *udEndpoint) heardLocked(from netip.AddrPort, srcQP uint32, slid uint16,
 	}
 	e := &udPeer{addr: from, attr: attr, qpn: srcQP, qkey: p.qkey,
 		maxPayload: min(max(maxPayload, 1), p.maxPayload), news: coarseclock.Now()}
-	p.peers.putLearned(from, e)
+	p.peers.PutLearned(from, e)
 }
 
 // replyAttr is the address vector back to a datagram's sender: its source
@@ -824,7 +789,7 @@ func (p *udEndpoint) peerFor(ctx context.Context, to netip.AddrPort, n int) (*ud
 			p.mu.Unlock()
 			return nil, net.ErrClosed
 		}
-		e, ok := p.peers.get(to)
+		e, ok := p.peers.Get(to)
 		if ok && (e.doubted || (!e.resolved && n > e.maxPayload)) &&
 			coarseclock.Now() >= e.recheckAt && p.resolving[to] == nil {
 			// Resolve the address again and send through what it finds.
@@ -837,7 +802,7 @@ func (p *udEndpoint) peerFor(ctx context.Context, to netip.AddrPort, n int) (*ud
 				ah, err := p.dev.PD.CreateAH(&e.attr)
 				if err != nil {
 					// The learned way back did not work: resolve instead.
-					p.peers.remove(to)
+					p.peers.Remove(to)
 					p.evictLocked(to, e)
 					continue
 				}
@@ -897,8 +862,8 @@ func (p *udEndpoint) resolveInto(to netip.AddrPort, r *udResolution) {
 		if p.released {
 			e.ah.Close()
 		} else {
-			if old, ok := p.peers.get(to); ok { // cached meanwhile, or being checked again
-				p.peers.remove(to)
+			if old, ok := p.peers.Get(to); ok { // cached meanwhile, or being checked again
+				p.peers.Remove(to)
 				p.evictLocked(to, old)
 			}
 			if r.recheck {
@@ -929,7 +894,7 @@ func (p *udEndpoint) refresh(old *udPeer) {
 		e.ah.Close()
 		return
 	}
-	p.peers.remove(old.addr)
+	p.peers.Remove(old.addr)
 	p.evictLocked(old.addr, old)
 	p.addPeerLocked(e)
 }
@@ -938,7 +903,7 @@ func (p *udEndpoint) refresh(old *udPeer) {
 // udMaxPeers).
 func (p *udEndpoint) addPeerLocked(e *udPeer) {
 	e.news = coarseclock.Now()
-	p.peers.put(e.addr, e)
+	p.peers.Put(e.addr, e)
 }
 
 // evictLocked takes e out of use (it is no longer in the cache): its
@@ -1119,11 +1084,11 @@ func (p *udEndpoint) teardown() error {
 		p.sq[i] = udSendEntry{}
 	}
 	if p.peers != nil {
-		p.peers.each(func(_ netip.AddrPort, e *udPeer) {
+		p.peers.Each(func(_ netip.AddrPort, e *udPeer) {
 			e.inflight = 0
 			p.evictLocked(e.addr, e)
 		})
-		p.peers = newPeerCache(p.maxPeers, p.evictLocked)
+		p.peers = ud.NewPeerCache(p.maxPeers, p.evictLocked)
 	}
 	p.mu.Unlock()
 	// Datagrams delivered and never read go back now (Messages is closed,
@@ -1228,7 +1193,7 @@ func (p *udEndpoint) stats() PacketStats {
 	pc := p.qp.PostCounts()
 	ps := p.poller.Stats()
 	p.mu.Lock()
-	peers := p.peers.len()
+	peers := p.peers.Len()
 	p.mu.Unlock()
 	return PacketStats{Sent: p.nSent.Load(), Received: p.nReceived.Load(), Dropped: p.dropped.Load(),
 		Resolutions: p.resolutions.Load(), Peers: peers,
