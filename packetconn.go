@@ -429,7 +429,7 @@ func (p *udEndpoint) received(d Datagram, ok bool) (Datagram, error) {
 // spinWait drives the CQ for a waiting caller (see Conn.spinWait).
 func (p *udEndpoint) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	if !w.Started() {
-		startWait(w, p.poller, est, &p.cfg)
+		wait.Start(w, p.poller, est, p.cfg.PollMode == PollEvent, p.cfg.PollSpin)
 	}
 	return w.Spin()
 }

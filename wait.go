@@ -29,20 +29,9 @@ import (
 func (c *engine) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	c.postReady() // receives taken back are posted before this side waits (an atomic load when none)
 	if !w.Started() {
-		startWait(w, c.ep.poller, est, &c.cfg)
+		wait.Start(w, c.ep.poller, est, c.cfg.PollMode == PollEvent, c.cfg.PollSpin)
 	}
 	return w.Spin()
-}
-
-// startWait starts a wait on pl's CQ (the first step of Conn's and
-// PacketConn's spinWait), with a spin budget learnt by est unless cfg's
-// PollMode is PollEvent.
-func startWait(w *poller.Waiter, pl *poller.Poller, est *poller.SpinBudget, cfg *Config) {
-	var budget time.Duration
-	if cfg.PollMode != PollEvent {
-		budget = est.Budget(cfg.PollSpin)
-	}
-	w.Start(pl, est, budget)
 }
 
 // closeWaitLocked waits, driving the CQ, for the connection's state to

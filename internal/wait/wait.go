@@ -1,9 +1,10 @@
-// Package wait is how a blocked call of a connection or a PacketConn sleeps
-// once it has stopped driving the CQ: a broadcast wake-up its owner closes
-// on the next state change, and Park, which sleeps on it beside the
-// deadline, Close and a context. Both the RC engine and the UD endpoint
-// park this way, so it lives apart from either; it is pure Go, so its
-// tests run anywhere.
+// Package wait is how a blocked call of a connection or a PacketConn
+// waits: Start begins driving the device's CQ with a learnt spin budget
+// (spin.go), and once that is spent the call sleeps on a broadcast
+// wake-up its owner closes on the next state change (Wakeup), beside the
+// deadline, Close and a context (Park). Both the RC engine and the UD
+// endpoint wait this way, so it lives apart from either; Wakeup and Park
+// are pure Go, so their tests run anywhere.
 package wait
 
 import (
