@@ -23,9 +23,10 @@ import (
 // stack taken during package initialization, which its %+v would print
 // under every error wrapping them as if it were where they failed.
 // ErrNoDevice, ErrNotRDMAAddress, ErrHandshake, ErrMemlock, ErrProtocol,
-// ErrMessageTooLarge and ErrCompletionsFull are internal/errs' values, so
-// that what the internal packages wrap (the rdma_cm set-up, the hints, the
-// TCP fallback's framing and connection) matches them too; so is the
+// ErrMessageTooLarge, ErrCompletionsFull and ErrDatagramTooLarge
+// (packet.go) are internal/errs' values, so that what the internal
+// packages wrap (the rdma_cm set-up, the hints, the TCP fallback's framing
+// and connection, the UD endpoint) matches them too; so is the
 // close-timeout error both transports return (errs.CloseTimeout).
 
 // Errors callers can test with errors.Is.

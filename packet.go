@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/verbline/rdma/buffer"
+	"github.com/verbline/rdma/internal/errs"
 )
 
 // ErrDatagramTooLarge: a datagram is larger than one packet of the path can
 // carry (PacketConn.MaxDatagramSize), or than the receiving PacketConn
-// accepts. Unreliable datagrams are never split.
-var ErrDatagramTooLarge = errors.New("datagram larger than the path MTU allows " +
-	"(see PacketConn.MaxDatagramSize: the port's active MTU minus the 24-byte datagram header; " +
-	"split the payload, or use a Conn, whose messages have no such limit)")
+// accepts. Unreliable datagrams are never split. It is internal/errs'
+// value, which the UD endpoint wraps.
+var ErrDatagramTooLarge = errs.ErrDatagramTooLarge
 
 // ListenPacket opens a PacketConn: unreliable datagrams (an RDMA UD queue
 // pair) on address, "host:port" where host is the IP of one RDMA netdev and

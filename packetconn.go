@@ -20,6 +20,7 @@ import (
 	"github.com/verbline/rdma/internal/coarseclock"
 	"github.com/verbline/rdma/internal/deadline"
 	"github.com/verbline/rdma/internal/device"
+	"github.com/verbline/rdma/internal/errs"
 	"github.com/verbline/rdma/internal/hints"
 	"github.com/verbline/rdma/internal/poller"
 	"github.com/verbline/rdma/internal/rdmacm"
@@ -164,7 +165,7 @@ func (r *udRecvSlot) Recycle(b buffer.Buf) { r.p.recycleRecv(r.idx, b) }
 func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 	if ap.Addr().IsUnspecified() {
 		return nil, hints.Add(fmt.Errorf("%w: a PacketConn needs the IP of one RDMA netdev, not %s "+
-			"(its queue pair lives on one device port)", ErrNotRDMAAddress, ap.Addr()))
+			"(its queue pair lives on one device port)", errs.ErrNotRDMAAddress, ap.Addr()))
 	}
 	ch, err := cmsetup.NewUDChannel()
 	if err != nil {
@@ -220,7 +221,7 @@ func listenPacket(cfg *Config, ap netip.AddrPort) (_ *PacketConn, err error) {
 func (p *udEndpoint) setupQP(cfg *Config) error {
 	ctx, err := p.id.Context()
 	if err != nil {
-		return hints.Add(fmt.Errorf("%w: %w", ErrNotRDMAAddress, err)) // bound, but to no RDMA device
+		return hints.Add(fmt.Errorf("%w: %w", errs.ErrNotRDMAAddress, err)) // bound, but to no RDMA device
 	}
 	port, err := ctx.QueryPort(p.id.PortNum())
 	if err != nil {
@@ -449,7 +450,7 @@ func (p *udEndpoint) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 		return os.ErrDeadlineExceeded
 	}
 	if n > p.maxPayload {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrDatagramTooLarge, n, p.maxPayload)
+		return fmt.Errorf("%w: %d bytes, limit %d", errs.ErrDatagramTooLarge, n, p.maxPayload)
 	}
 	peer, err := p.peerFor(ctx, to, n) // holds a reservation on peer (inflight)
 	if err != nil {
@@ -464,7 +465,7 @@ func (p *udEndpoint) send(ctx context.Context, payload []byte, zb buffer.Buf, to
 		}
 	}()
 	if n > peer.maxPayload {
-		return fmt.Errorf("%w: %d bytes, %s accepts at most %d", ErrDatagramTooLarge, n, to, peer.maxPayload)
+		return fmt.Errorf("%w: %d bytes, %s accepts at most %d", errs.ErrDatagramTooLarge, n, to, peer.maxPayload)
 	}
 	if err := p.waitSendSlotLocked(ctx); err != nil {
 		return err

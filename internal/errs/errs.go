@@ -32,6 +32,11 @@ var (
 	// completion might not fit Completions(), which the poller must never block on.
 	ErrCompletionsFull = errors.New("Completions() is full: receive the completions of earlier " +
 		"PostSend, PostWriteRemote and PostReadRemote calls before posting more")
+	// ErrDatagramTooLarge: a datagram is larger than one packet of the path
+	// carries, or than the receiving PacketConn accepts.
+	ErrDatagramTooLarge = errors.New("datagram larger than the path MTU allows " +
+		"(see PacketConn.MaxDatagramSize: the port's active MTU minus the 24-byte datagram header; " +
+		"split the payload, or use a Conn, whose messages have no such limit)")
 )
 
 // CloseTimeout is Close's (or CloseWrite's) error when Config.CloseTimeout
