@@ -140,9 +140,9 @@ func addrPortOf(a net.Addr) (netip.AddrPort, error) {
 // least recently used evicted first) and resolved again after 30 s without
 // news of the peer, so a peer that restarted on the same port is found
 // again. A received datagram changes only what it proves about its sender
-// (see heardLocked): it never evicts or rewrites a destination this side
-// resolved. A write to an address where nothing listens fails with
-// syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
+// (docs/datagram-protocol.md): it never evicts or rewrites a destination
+// this side resolved. A write to an address where nothing listens fails
+// with syscall.ECONNREFUSED. Every datagram carries a 24-byte header with the
 // sender's address (docs/datagram-protocol.md), which ReadFrom returns:
 // WriteTo answers it without a resolution on RoCE, where the network
 // header of the received datagram gives the way back.
