@@ -107,9 +107,10 @@ func TestLingerEndsWithNewConnection(t *testing.T) {
 	if !d.Registered() {
 		t.Fatal("the first linger's timer tore down a device in use")
 	}
-	// Released again, it lingers a full linger anew.
-	d.Release()
+	// Released again, it lingers a full linger anew (the clock read before
+	// Release, which starts the linger's timer).
 	released := time.Now()
+	d.Release()
 	waitFor(t, "the second linger's end", func() bool { return !d.Registered() })
 	if el := time.Since(released); el < 100*time.Millisecond {
 		t.Fatalf("torn down %v after its second release, before its linger", el)
