@@ -241,7 +241,7 @@ func (c *engine) awaitSendSlotLocked(ctx context.Context, w *poller.Waiter, larg
 		c.counts.creditCheck(c.stream.credits < 2) // metrics
 		if c.stream.credits >= 2 && len(c.msgs.free) > 0 && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2-1 &&
 			(!large || c.rdv.out < c.win.rvReserve || c.growReserveLocked()) &&
-			(!large || c.bindReadyLocked()) { // rxebind.go: Soft-RoCE re-executes binds on retry
+			(!large || c.bindReadyLocked()) { // bindReadyLocked: Soft-RoCE re-executes binds on retry
 			return nil
 		}
 		if large && c.win.rvReserve == 0 && !c.qpDown && !c.win.poolGrowing { // growing: woken when it is done

@@ -3,6 +3,8 @@
 package rdma
 
 import (
+	"errors"
+	"net"
 	"sync/atomic"
 
 	"github.com/verbline/rdma/internal/device"
@@ -12,7 +14,8 @@ import (
 
 // The connections' and devices' side of metrics.go: the counts a
 // connection keeps beyond its QP's post counters, and what a snapshot reads
-// from a live connection or device. The hooks into the data path are single
+// from a live connection or device (its ConnStats, and the QP's attributes
+// Conn.QPInfo reports). The hooks into the data path are single
 // lines: Write and Send count what they posted, senders report whether they
 // found credit (creditCheck), and the completion dispatch counts what
 // arrived (arrivedCounts) and adds it once per batch.
@@ -142,4 +145,36 @@ func (c *engine) stats() ConnStats {
 	st.add(pollerStats(c.ep.poller.Stats()))
 	st.KeepaliveProbes, st.DeviceEvents, st.BufferBytes = c.keepaliveProbes(), c.dev.Events(), c.ringBytes()
 	return st
+}
+
+func qpInfoOf(qpn uint32, a *verbs.QPAttr, cp verbs.QPCap) QPInfo {
+	info := QPInfo{QPN: qpn, DestQPN: a.DestQPN, State: a.State.String(), PathMTU: a.PathMTU.Bytes(),
+		TimeoutExp: a.Timeout, RetryCount: int(a.RetryCnt), RNRRetry: int(a.RNRRetry),
+		MinRNRTimer: rnrTimerOf(a.MinRNRTimer), MinRNRTimerCode: a.MinRNRTimer,
+		SendPSN: a.SQPSN, RecvPSN: a.RQPSN, ServiceLevel: int(a.AH.SL),
+		MaxInline: cp.MaxInline, MaxSendWR: cp.MaxSendWR, MaxRecvWR: cp.MaxRecvWR,
+		MaxRdAtomic: int(a.MaxRdAtomic), MaxDestRdAtomic: int(a.MaxDestRdAtomic),
+		RemoteAtomic: a.AccessFlags&verbs.AccessRemoteAtomic != 0}
+	if a.Timeout != 0 {
+		info.AckTimeout = ackTimeoutOf(a.Timeout)
+	}
+	if a.AH.IsGlobal {
+		info.TrafficClass, info.HopLimit, info.SGIDIndex = int(a.AH.TrafficClass), int(a.AH.HopLimit), int(a.AH.SGIDIndex)
+	}
+	return info
+}
+
+// qpInfo is Conn.QPInfo on the engine.
+func (c *engine) qpInfo() (QPInfo, error) {
+	if c.isClosed() {
+		return QPInfo{}, net.ErrClosed
+	}
+	a, cp, err := c.ep.qp.QueryAttr()
+	if errors.Is(err, verbs.ErrClosed) {
+		err = net.ErrClosed
+	}
+	if err != nil {
+		return QPInfo{}, err
+	}
+	return qpInfoOf(c.ep.qp.Num, &a, cp), nil
 }

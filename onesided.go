@@ -92,7 +92,7 @@ func (c *engine) bindWindow(mw *verbs.MW, mr *verbs.MR, b buffer.Buf, rights ver
 		c.mu.Unlock()
 		return 0, err
 	}
-	for !c.bindReadyLocked() { // rxebind.go: Soft-RoCE re-executes binds on retry
+	for !c.bindReadyLocked() { // bindReadyLocked: Soft-RoCE re-executes binds on retry
 		if err := c.waitLocked(ctx, &c.wrDeadline, &w); err != nil {
 			c.giveBackOpSlotLocked(idx)
 			c.mu.Unlock()

@@ -203,9 +203,9 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	// bind asks for no completion of its own: the announcement's, or a later
 	// one's, retires it (RC completes in order, and a failed bind still
 	// produces one). Where windows are bound only into an empty send queue
-	// (rxebind.go), the announcement asks for its completion, so the next
-	// large message finds the queue retired without a zero-length write
-	// posted to flush it.
+	// (bindReadyLocked, post.go), the announcement asks for its completion,
+	// so the next large message finds the queue retired without a
+	// zero-length write posted to flush it.
 	var bind verbs.SendWR
 	c.sqPushLocked(&bind, wrBind, slot, false)
 	rkey := mw.NextRKey()

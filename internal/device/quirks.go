@@ -13,7 +13,7 @@ import (
 //
 // Soft-RoCE (rxe) re-executes a memory-window bind when it retransmits,
 // and a bind re-executed silently stops the QP's requester (the root
-// package's rxebind.go has the analysis): on rxe a window is bound only
+// package's post.go has the analysis): on rxe a window is bound only
 // into a send queue known to be empty. rxe also bounds a window's accesses
 // by the MR it is bound over rather than by the window's range
 // (Device.LendExact).

@@ -90,7 +90,7 @@ func streamTest(t *testing.T, netem []string, n int64) {
 // writes with immediate, each way in turn: every message and notification
 // arrives once, in order, intact, and nothing after the end.
 //
-// Without the library's Soft-RoCE workaround (rxebind.go) a disturbed
+// Without the library's Soft-RoCE workaround (bindReadyLocked, post.go) a disturbed
 // wire leaves a rendezvous waiting forever, without an error, with both
 // queue pairs idle: rxe re-executes a window bind on a retry and stops
 // (docs/reliability.md; -faults.rxe-bind-anytime turns the workaround

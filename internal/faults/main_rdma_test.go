@@ -67,9 +67,9 @@ var (
 	writesFlag   = flag.Int("faults.writes", slots, "one-sided writes each way in TestLossyMessages (at most 32)")
 	// Rendezvous sizes over a lossy wire hang Soft-RoCE 6.1 when a window
 	// is bound behind outstanding requests, which the library avoids there
-	// (rxebind.go; docs/reliability.md): on by default, they check it.
+	// (bindReadyLocked in post.go; docs/reliability.md): on by default, they check it.
 	rendezvous     = flag.Bool("faults.rendezvous", true, "TestLossyMessages: also sizes above the receive buffers (rendezvous); false: eager sizes only")
-	rxeBindAnytime = flag.Bool("faults.rxe-bind-anytime", false, "control runs: bind memory windows without waiting for an empty send queue (the library's Soft-RoCE workaround off: rxebind.go)")
+	rxeBindAnytime = flag.Bool("faults.rxe-bind-anytime", false, "control runs: bind memory windows without waiting for an empty send queue (the library's Soft-RoCE workaround off: bindReadyLocked in post.go)")
 	concurrent     = flag.Bool("faults.concurrent", false, "TestLossyMessages: both ways at once")
 	netemFlag      = flag.String("faults.netem", "", "netem arguments of the lossy tests instead of lossy's, separated by commas or spaces (loss,2%,delay,1ms)")
 	lossyRetries   = flag.Int("faults.lossy-retry-count", 0, "Config.RetryCount of both ends over the lossy wire (0: the library's default, 6)")

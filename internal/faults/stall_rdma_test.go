@@ -24,7 +24,7 @@ import (
 )
 
 // A stalled exchange (such as a rendezvous waiting forever on Soft-RoCE
-// without rxebind.go's rule: docs/reliability.md) is caught while it is stuck,
+// without the bind rule in post.go: docs/reliability.md) is caught while it is stuck,
 // not when its generous transfer bound runs out: exchangeMessages counts
 // its steps in progress, and a watchdog that sees none for -faults.stall
 // dumps both sides (queue pairs, counters, connection stats, goroutines)

@@ -3,8 +3,8 @@
 // a large message's rendezvous on a lossy wire: a retransmission re-executes a
 // memory-window bind that was already executed but not yet completed, the
 // second bind fails, and the requester stops without moving the QP to the
-// error state (see rxebind.go in the root package for the analysis and
-// the library's workaround).
+// error state (see bindReadyLocked in the root package's post.go for the
+// analysis and the library's workaround).
 //
 // The retry is forced without a wire: the responder has no receive posted,
 // so it answers the SEND with an RNR NAK, and the requester retries the

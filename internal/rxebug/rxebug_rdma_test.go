@@ -228,7 +228,7 @@ func TestRetryWithoutBind(t *testing.T) {
 	p.laterSucceeds(3)
 }
 
-// TestBindOnEmptyQueueThenRetry is what the library relies on (rxebind.go):
+// TestBindOnEmptyQueueThenRetry is what the library relies on (bindReadyLocked, post.go):
 // a bind posted into an empty send queue, with a SEND right behind it that
 // meets an RNR NAK and is retried: the bind completes at the head before
 // any retry, so the retry does not meet it again and everything completes.

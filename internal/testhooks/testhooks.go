@@ -32,7 +32,7 @@ func Settle(limit time.Duration) {
 }
 
 // RXEBindAnytime turns off the Soft-RoCE rule that binds memory windows
-// only into an empty send queue (the rdma package's rxebind.go; read by
+// only into an empty send queue (the rdma package's post.go; read by
 // internal/device on every bind), for the fault tests' control runs
 // (-faults.rxe-bind-anytime), which show the hang the rule prevents.
 var RXEBindAnytime atomic.Bool
