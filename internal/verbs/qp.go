@@ -172,7 +172,7 @@ static int post_send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t rqpn, uin
 }
 
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq, int type,
-		uint32_t send_wr, uint32_t recv_wr, uint32_t inline_data, uint32_t *max_inline) {
+		uint32_t send_wr, uint32_t recv_wr, uint32_t sge, uint32_t inline_data, uint32_t *max_inline) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof(a));
 	a.send_cq = scq;
@@ -180,8 +180,8 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ib
 	a.qp_type = type;
 	a.cap.max_send_wr = send_wr;
 	a.cap.max_recv_wr = recv_wr;
-	a.cap.max_send_sge = 1;
-	a.cap.max_recv_sge = 1;
+	a.cap.max_send_sge = sge;
+	a.cap.max_recv_sge = sge;
 	a.cap.max_inline_data = inline_data;
 	a.sq_sig_all = 0;
 	struct ibv_qp *qp = ibv_create_qp(pd, &a);
@@ -266,13 +266,18 @@ type QP struct {
 	MaxInline                             int
 }
 
-// CreateQP creates a queue pair in RESET.
-func (p *PD) CreateQP(cfg QPConfig) (*QP, error) {
+// CreateQP creates a queue pair in RESET whose work requests take one
+// scatter/gather entry.
+func (p *PD) CreateQP(cfg QPConfig) (*QP, error) { return p.createQP(cfg, 1) }
+
+// createQP creates a queue pair of cfg in RESET whose work requests take up
+// to sge scatter/gather entries.
+func (p *PD) createQP(cfg QPConfig, sge int) (*QP, error) {
 	var maxInline C.uint32_t
 	qp, err := C.create_qp(p.pd, cfg.SendCQ.cq, cfg.RecvCQ.cq, C.int(cfg.Type),
-		C.uint32_t(cfg.SendWR), C.uint32_t(cfg.RecvWR), C.uint32_t(cfg.InlineData), &maxInline)
+		C.uint32_t(cfg.SendWR), C.uint32_t(cfg.RecvWR), C.uint32_t(sge), C.uint32_t(cfg.InlineData), &maxInline)
 	if qp == nil {
-		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %s send_wr=%d recv_wr=%d", cfg.Type, cfg.SendWR, cfg.RecvWR), err, 0)
+		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %s send_wr=%d recv_wr=%d inline=%d", cfg.Type, cfg.SendWR, cfg.RecvWR, cfg.InlineData), err, 0)
 	}
 	q := &QP{qp: qp, pd: p, cfg: cfg, Num: uint32(qp.qp_num), MaxInline: int(maxInline)}
 	q.guard = NewStateGuard(q.Num, cfg.Type)

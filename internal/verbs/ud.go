@@ -98,31 +98,10 @@ static void ud_post_fast(void *p) {
 }
 
 static void *ud_post_fast_fn(void) { return (void *)ud_post_fast; }
-
-static struct ibv_qp *ud_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
-		uint32_t send_wr, uint32_t recv_wr, uint32_t inline_data, uint32_t *max_inline) {
-	struct ibv_qp_init_attr a;
-	memset(&a, 0, sizeof(a));
-	a.send_cq = scq;
-	a.recv_cq = rcq;
-	a.qp_type = IBV_QPT_UD;
-	a.cap.max_send_wr = send_wr;
-	a.cap.max_recv_wr = recv_wr;
-	a.cap.max_send_sge = 2;
-	a.cap.max_recv_sge = 2;
-	a.cap.max_inline_data = inline_data;
-	a.sq_sig_all = 0;
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-	if (qp) *max_inline = a.cap.max_inline_data;
-	return qp;
-}
 */
 import "C"
 
-import (
-	"fmt"
-	"unsafe"
-)
+import "unsafe"
 
 // UDSendWR is one UD send: up to two scatter/gather entries (the datagram
 // header, then the payload; a zero length leaves one out) to the QP
@@ -166,15 +145,7 @@ const udBatch = 32 // UD_BATCH in C
 // ignored.
 func (p *PD) CreateUDQP(cfg QPConfig) (*QP, error) {
 	cfg.Type = QPTypeUD
-	var maxInline C.uint32_t
-	qp, err := C.ud_create_qp(p.pd, cfg.SendCQ.cq, cfg.RecvCQ.cq, C.uint32_t(cfg.SendWR), C.uint32_t(cfg.RecvWR),
-		C.uint32_t(cfg.InlineData), &maxInline)
-	if qp == nil {
-		return nil, errnoErr(fmt.Sprintf("ibv_create_qp UD send_wr=%d recv_wr=%d inline=%d", cfg.SendWR, cfg.RecvWR, cfg.InlineData), err, 0)
-	}
-	q := &QP{qp: qp, pd: p, cfg: cfg, Num: uint32(qp.qp_num), MaxInline: int(maxInline)}
-	q.guard = NewStateGuard(q.Num, cfg.Type)
-	return q, nil
+	return p.createQP(cfg, 2)
 }
 
 // PostSendUDs posts UD sends, up to 32 per ibv_post_send.
