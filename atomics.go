@@ -44,7 +44,7 @@ const atomicWordSize = 8
 // atomicsUnsupported says why this connection cannot make or accept
 // atomics, or returns nil.
 func (c *engine) atomicsUnsupported() error {
-	if c.dev.Attr.Atomics == verbs.AtomicNone {
+	if c.dev.Caps.Atomics == verbs.AtomicNone {
 		return fmt.Errorf("%w: RDMA atomics: device %s has none (atomic_cap none, as iWARP devices); "+
 			"keep the word behind a lock of the application's, or update it with messages",
 			errors.ErrUnsupported, c.dev.Name())
@@ -60,7 +60,7 @@ func (c *engine) atomicsUnsupported() error {
 // less atomics where the device has none.
 func (c *engine) announced() wire.Features {
 	f := wire.Supported
-	if c.dev.Attr.Atomics == verbs.AtomicNone {
+	if c.dev.Caps.Atomics == verbs.AtomicNone {
 		f &^= wire.FeatureAtomics
 	}
 	return f

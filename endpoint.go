@@ -125,6 +125,9 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
 	}
+	if err = e.dev.Caps.ConnError(e.dev.Name()); err != nil {
+		return nil, err
+	}
 	if err = e.dev.Usable(id.PortNum()); err != nil {
 		return nil, err // fail fast: the port is down, or the device failed
 	}

@@ -76,6 +76,17 @@ type VerbsDevice struct {
 	Name  string
 	Err   error // opening or querying it failed
 	Ports []VerbsPort
+	Caps  *DeviceCaps // nil if not queried
+}
+
+// DeviceCaps is what a device can do, as the library's paths ask it
+// (internal/device's Caps): its summary line and what decides the checks.
+type DeviceCaps struct {
+	Summary       string
+	MemoryWindows bool
+	Immediates    bool
+	Atomics       bool
+	UD            bool
 }
 
 // VerbsPort is a port as ibv_query_port reports it.
@@ -101,6 +112,7 @@ func Run(env Env) []Result {
 			out = append(out, r)
 		}
 		mergeVerbs(devs, vdevs)
+		out = append(out, checkCaps(vdevs)...)
 	}
 	out = append(out, checkPorts(env.Root, devs)...)
 	out = append(out, checkGIDs(devs, env.Addrs)...)

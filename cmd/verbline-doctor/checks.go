@@ -134,6 +134,43 @@ func checkVerbs(devs []*Device, vdevs []VerbsDevice, verr error) Result {
 	return ok(name, "opens %s", strings.Join(opened, ", "))
 }
 
+// checkCaps reports each opened device's capabilities and what the library
+// does without the ones it lacks: a device without immediate data (iWARP)
+// cannot carry this version's wire protocol, which sends every message
+// with one; one without memory windows limits a message to the peer's
+// receive buffer; one without UD queue pairs has no PacketConn.
+func checkCaps(vdevs []VerbsDevice) []Result {
+	var out []Result
+	for _, v := range vdevs {
+		if v.Err != nil || v.Caps == nil {
+			continue
+		}
+		name := "capabilities " + v.Name
+		c := v.Caps
+		var lacks []string
+		if !c.MemoryWindows {
+			lacks = append(lacks, "without memory windows a message is at most the peer's receive buffer (Config.BufferSize; larger ones fail with ErrMessageTooLarge) and an Export's key reaches its whole registration")
+		}
+		if !c.UD {
+			lacks = append(lacks, "without UD queue pairs ListenPacket fails on it")
+		}
+		if !c.Atomics {
+			lacks = append(lacks, "without atomics the atomic operations fail with errors.ErrUnsupported")
+		}
+		switch {
+		case !c.Immediates:
+			out = append(out, problem(Fail, name, c.Summary+": this version's wire protocol sends every message with immediate data, which the device lacks",
+				"use an InfiniBand or RoCE device (docs/devices.md lists what each provider has)"))
+		case len(lacks) > 0:
+			r := problem(Warn, name, c.Summary, "nothing to fix on this machine; "+strings.Join(lacks, "; "))
+			out = append(out, r)
+		default:
+			out = append(out, ok(name, "%s", c.Summary))
+		}
+	}
+	return out
+}
+
 // mergeVerbs takes the ports' active MTU (and state, if sysfs lacked it)
 // from libibverbs.
 func mergeVerbs(devs []*Device, vdevs []VerbsDevice) {

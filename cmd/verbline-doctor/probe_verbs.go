@@ -2,7 +2,10 @@
 
 package main
 
-import "github.com/verbline/rdma/internal/verbs"
+import (
+	"github.com/verbline/rdma/internal/device"
+	"github.com/verbline/rdma/internal/verbs"
+)
 
 // verbsProbe is Env.Verbs on a machine: the devices and ports as libibverbs
 // (and so the library) sees them.
@@ -31,6 +34,9 @@ func probeDevice(name string) VerbsDevice {
 		d.Err = err
 		return d
 	}
+	c := device.CapsOf(attr)
+	d.Caps = &DeviceCaps{Summary: c.String(), MemoryWindows: c.MemoryWindows, Immediates: c.Immediates,
+		Atomics: c.Atomics != verbs.AtomicNone, UD: c.UD}
 	for n := 1; n <= int(attr.PhysPorts); n++ {
 		p, err := ctx.QueryPort(uint8(n))
 		if err != nil {

@@ -46,6 +46,7 @@ type Device struct {
 	Pool    *buffer.Pool  // registered once per arena, never per connection or per message
 	Pollers *poller.Group // the shared CQs
 	Attr    *verbs.DeviceAttr
+	Caps    Caps // what the device can do, as the paths ask it (caps.go)
 	// Windows: the device has type 2 memory windows, so a message larger
 	// than the peer's receive buffers can be lent to the peer for one RDMA
 	// READ without registering memory on the data path.
@@ -138,7 +139,8 @@ func Acquire(ctx *verbs.Context, cfg Config) (_ *Device, err error) {
 		}
 		return port.Limits(d.Attr), nil
 	}
-	d.Windows = d.Attr.MemWindow2
+	d.Caps = CapsOf(d.Attr)
+	d.Windows = d.Caps.MemoryWindows
 	d.rxe = IsSoftRoCE(d.name)
 	d.LendExact = d.rxe
 	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}

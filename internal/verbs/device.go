@@ -198,7 +198,31 @@ type DeviceAttr struct {
 	MaxSRQWR        int
 	MaxMW           int
 	MemWindow2      bool // type 2 memory windows (bound through the send queue, scoped to one QP)
+	MemWindow1      bool // type 1 memory windows (bound by a verb of their own, scoped to the PD)
 	Atomics         AtomicCap
+	MaxSGERd        int // scatter/gather entries of an RDMA READ's sink
+	MaxSRQ          int
+	Transport       Transport
+}
+
+// Transport mirrors enum ibv_transport_type: the wire protocol the device
+// speaks. RoCE devices report InfiniBand (their ports' link layer is
+// Ethernet).
+type Transport int
+
+const (
+	TransportIB    Transport = C.IBV_TRANSPORT_IB
+	TransportIWARP Transport = C.IBV_TRANSPORT_IWARP
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportIB:
+		return "InfiniBand"
+	case TransportIWARP:
+		return "iWARP"
+	}
+	return fmt.Sprintf("transport %d", int(t))
 }
 
 // AtomicCap mirrors enum ibv_atomic_cap: whether the device executes RDMA
@@ -234,7 +258,9 @@ func (c *Context) QueryDevice() (*DeviceAttr, error) {
 		MaxSGE: int(a.max_sge), MaxCQE: int(a.max_cqe), MaxMR: int(a.max_mr), MaxMRSize: uint64(a.max_mr_size),
 		MaxQPRdAtom: int(a.max_qp_rd_atom), MaxQPInitRdAtom: int(a.max_qp_init_rd_atom), MaxSRQWR: int(a.max_srq_wr),
 		MaxMW: int(a.max_mw), MemWindow2: a.device_cap_flags&C.IBV_DEVICE_MEM_WINDOW_TYPE_2B != 0 && a.max_mw > 0,
-		Atomics: AtomicCap(a.atomic_cap),
+		MemWindow1: a.device_cap_flags&C.IBV_DEVICE_MEM_WINDOW != 0 && a.max_mw > 0,
+		Atomics:    AtomicCap(a.atomic_cap), MaxSGERd: int(a.max_sge_rd), MaxSRQ: int(a.max_srq),
+		Transport: Transport(c.ctx.device.transport_type),
 	}, nil
 }
 

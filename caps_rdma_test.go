@@ -1,0 +1,63 @@
+//go:build linux && cgo
+
+package rdma
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/verbline/rdma/internal/device"
+	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
+)
+
+// testDeviceCaps is the capabilities of the test device, read as the
+// library reads them.
+func testDeviceCaps(t *testing.T) device.Caps {
+	t.Helper()
+	env := rdmatest.Require(t)
+	ctx, err := verbs.OpenDevice(env.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	a, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return device.CapsOf(a)
+}
+
+// TestConnOnDeviceCapabilities: a connection runs where the device has
+// immediate data, and on a device without (iWARP) Dial fails before
+// anything is posted with errors.ErrUnsupported, naming the device and
+// what it lacks.
+func TestConnOnDeviceCapabilities(t *testing.T) {
+	caps := testDeviceCaps(t)
+	t.Logf("test device: %s", caps)
+	checkLeaksAtEnd(t)
+	ln := listenTest(t, nil)
+	defer ln.Close()
+	wg := echoServer(ln)
+	defer wg.Wait()
+	defer ln.Close()
+	c, err := Dial("rdma", ln.Addr().String())
+	if !caps.Immediates {
+		if err == nil {
+			c.Close()
+			t.Fatal("Dial succeeded on a device without immediate data")
+		}
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "immediate data") {
+			t.Fatalf("Dial on a device without immediate data: %v (want errors.ErrUnsupported naming what it lacks)", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := echo(c, 1); err != nil {
+		t.Fatal(err)
+	}
+}
