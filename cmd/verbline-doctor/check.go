@@ -69,6 +69,10 @@ type Env struct {
 	// Verbs lists the devices and ports as libibverbs sees them; nil when the
 	// binary has no cgo (the check is then skipped).
 	Verbs func() ([]VerbsDevice, error)
+	// Links returns the netdev bound to each port ("siw0/1" -> "rd0") as
+	// the kernel's RDMA netlink reports it (`rdma link show`), for ports
+	// whose netdev sysfs does not name; nil: none.
+	Links func() (map[string]string, error)
 }
 
 // VerbsDevice is a device as libibverbs reports it.
@@ -104,6 +108,9 @@ func Run(env Env) []Result {
 	out = append(out, checkCgo(env.Cgo))
 	out = append(out, checkModules(env.Root)...)
 	devs, err := readDevices(env.Root)
+	if env.Links != nil {
+		addLinkNetdevs(devs, env.Links)
+	}
 	out = append(out, checkDevices(devs, err))
 	if env.Verbs != nil {
 		vdevs, verr := env.Verbs()

@@ -225,7 +225,10 @@ func checkPorts(root string, devs []*Device) []Result {
 func checkPort(root string, p *Port) Result {
 	name := "port " + p.String()
 	layer := p.LinkLayer
-	if p.Ethernet() {
+	switch {
+	case p.IWARP:
+		layer += " (iWARP)"
+	case p.Ethernet():
 		layer += " (RoCE)"
 	}
 	mtu := "active MTU unknown"
@@ -322,6 +325,9 @@ func checkPortGIDs(p *Port, addrs func(string) ([]netip.Addr, error)) (Result, i
 		nd := p.Netdevs[0]
 		return problem(Warn, name, fmt.Sprintf("%s has no IP address: rdma_cm connects to and listens on IPs", strings.Join(p.Netdevs, ", ")),
 			fmt.Sprintf("give it one: ip addr add <ip>/<prefix> dev %s", nd)), 0
+	}
+	if p.IWARP {
+		return ok(name, "iWARP: rdma_cm uses the addresses of %s: %s", strings.Join(p.Netdevs, ", "), joinAddrs(ips)), len(ips)
 	}
 	if !p.Ethernet() {
 		return ok(name, "%s link layer: rdma_cm uses the IPoIB addresses %s", p.LinkLayer, joinAddrs(ips)), len(ips)

@@ -29,7 +29,8 @@ type fake struct {
 	root    string
 	memlock uint64 // 0: unlimited
 	addrs   map[string][]netip.Addr
-	verbs   []VerbsDevice // nil: Env.Verbs is nil (as without cgo)
+	verbs   []VerbsDevice     // nil: Env.Verbs is nil (as without cgo)
+	links   map[string]string // nil: Env.Links is nil
 	cgo     bool
 }
 
@@ -115,6 +116,9 @@ func (f *fake) env() Env {
 			}
 			return f.verbs, nil
 		}
+	}
+	if f.links != nil {
+		e.Links = func() (map[string]string, error) { return f.links, nil }
 	}
 	return e
 }
@@ -410,6 +414,41 @@ func TestCapabilities(t *testing.T) {
 	rs = Run(f.env())
 	expectExit(t, rs, 1)
 	expect(t, rs, "capabilities rxe0", Fail, "lacks", "InfiniBand or RoCE")
+}
+
+// TestIWARPDevice: Soft-iWARP (siw0 on rd0) has no parent in sysfs and no
+// GIDs naming its netdev: the port's netdev comes from the RDMA netlink
+// (`rdma link show`), the port is reported as iWARP (not RoCE), and its
+// addresses are those of the netdev.
+func TestIWARPDevice(t *testing.T) {
+	f := healthy(t)
+	f.remove("sys/class/infiniband/rxe0")
+	f.write("sys/class/infiniband/siw0/node_type", "4: RNIC")
+	f.port("siw0", 1, "4: ACTIVE", "Ethernet", nil)
+	f.write("sys/class/infiniband/siw0/ports/1/gids/0", "5e26:78ff:fe59:225a:0000:0000:0000:0000")
+	rs := Run(f.env())
+	expectExit(t, rs, 1)
+	expect(t, rs, "gids siw0/1", Fail, "no network device is bound to this port", "rdma link show")
+
+	f.links = map[string]string{"siw0/1": "rd0"}
+	rs = Run(f.env())
+	expectExit(t, rs, 0)
+	expect(t, rs, "port siw0/1", OK, "Ethernet (iWARP)", "")
+	expect(t, rs, "gids siw0/1", OK, "iWARP: rdma_cm uses the addresses of rd0: 169.254.77.1", "")
+}
+
+func TestParseLinks(t *testing.T) {
+	m, err := parseLinks([]byte(`[{"ifindex":1,"ifname":"rxe0","port":1,"state":"ACTIVE","physical_state":"LINK_UP","netdev":"rd0","netdev_index":3},` +
+		`{"ifindex":2,"ifname":"mlx5_0","port":1,"state":"DOWN","physical_state":"DISABLED"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 1 || m["rxe0/1"] != "rd0" {
+		t.Fatalf("links %v, want rxe0/1 -> rd0 only (mlx5_0 has no netdev)", m)
+	}
+	if _, err := parseLinks([]byte("not json")); err == nil {
+		t.Fatal("parseLinks accepted malformed output")
+	}
 }
 
 func TestSmallMTU(t *testing.T) {

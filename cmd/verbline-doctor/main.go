@@ -36,7 +36,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // machineEnv is the Env of this machine.
 func machineEnv() Env {
-	return Env{Root: "/", Cgo: cgoEnabled, Memlock: realMemlock, Addrs: ipAddrs, Verbs: verbsProbe}
+	return Env{Root: "/", Cgo: cgoEnabled, Memlock: realMemlock, Addrs: ipAddrs, Verbs: verbsProbe, Links: rdmaLinks}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

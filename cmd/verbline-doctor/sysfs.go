@@ -13,7 +13,8 @@ import (
 
 // The kernel's view of RDMA devices, read from sysfs:
 //
-//	sys/class/infiniband/<dev>/parent                  the netdev of a software device (rxe, siw)
+//	sys/class/infiniband/<dev>/node_type               "1: CA", or "4: RNIC" for an iWARP device
+//	sys/class/infiniband/<dev>/parent                  the netdev of Soft-RoCE (rxe)
 //	sys/class/infiniband/<dev>/device/net/<netdev>     the netdevs of a NIC's PCI function
 //	sys/class/infiniband/<dev>/ports/<p>/state         "4: ACTIVE"
 //	sys/class/infiniband/<dev>/ports/<p>/phys_state    "5: LinkUp"
@@ -23,7 +24,9 @@ import (
 //	sys/class/infiniband/<dev>/ports/<p>/gid_attrs/ndevs/<i>  the netdev the GID belongs to
 //
 // sysfs has no port MTU: it comes from libibverbs (Env.Verbs) or, for RoCE,
-// from the netdev's MTU (sys/class/net/<netdev>/mtu).
+// from the netdev's MTU (sys/class/net/<netdev>/mtu). Nor does it name the
+// netdev of an iWARP device without a PCI function (siw): the kernel's
+// RDMA netlink does (`rdma link show`, Env.Links).
 
 const sysInfiniband = "sys/class/infiniband"
 
@@ -42,6 +45,7 @@ type Port struct {
 	State     string // "ACTIVE", "DOWN", "INIT", ...
 	PhysState string // "LinkUp", "Disabled", ...
 	LinkLayer string // "Ethernet" or "InfiniBand"
+	IWARP     bool   // the device speaks iWARP (RDMA over TCP), not RoCE, on its Ethernet port
 	ActiveMTU int    // bytes; 0 if unknown
 	MTUSource string // where ActiveMTU comes from
 	Netdevs   []string
@@ -93,6 +97,7 @@ func readDevice(root, dir, name string) (*Device, error) {
 			d.Netdevs = appendUnique(d.Netdevs, e.Name())
 		}
 	}
+	iwarp := afterColon(readLine(filepath.Join(dir, "node_type"))) == "RNIC"
 	ports, err := os.ReadDir(filepath.Join(dir, "ports"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
@@ -109,6 +114,7 @@ func readDevice(root, dir, name string) (*Device, error) {
 			State:     afterColon(readLine(filepath.Join(pdir, "state"))),
 			PhysState: afterColon(readLine(filepath.Join(pdir, "phys_state"))),
 			LinkLayer: readLine(filepath.Join(pdir, "link_layer")),
+			IWARP:     iwarp,
 		}
 		p.GIDs = readGIDs(pdir)
 		// The port's netdevs are those its GIDs belong to (a dual-port NIC
@@ -122,7 +128,7 @@ func readDevice(root, dir, name string) (*Device, error) {
 		if len(p.Netdevs) == 0 {
 			p.Netdevs = append(p.Netdevs, d.Netdevs...)
 		}
-		if p.Ethernet() {
+		if p.Ethernet() && !p.IWARP {
 			p.ActiveMTU, p.MTUSource = roceMTU(root, p.Netdevs)
 		}
 		d.Ports = append(d.Ports, p)
@@ -216,4 +222,28 @@ func appendUnique(s []string, v string) []string {
 		}
 	}
 	return append(s, v)
+}
+
+// addLinkNetdevs gives the ports whose netdev sysfs does not name (siw) the
+// one the kernel's RDMA netlink reports. A failure to read it leaves them
+// as they are (the gids check then says no netdev is bound).
+func addLinkNetdevs(devs []*Device, links func() (map[string]string, error)) {
+	var m map[string]string
+	for _, d := range devs {
+		for _, p := range d.Ports {
+			if len(p.Netdevs) > 0 {
+				continue
+			}
+			if m == nil {
+				var err error
+				if m, err = links(); err != nil || m == nil {
+					return
+				}
+			}
+			if n := m[p.String()]; n != "" {
+				p.Netdevs = []string{n}
+				d.Netdevs = appendUnique(d.Netdevs, n)
+			}
+		}
+	}
 }
