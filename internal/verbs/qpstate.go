@@ -250,9 +250,15 @@ const (
 	AccessRemoteRead   AccessFlags = 1 << 2 // IBV_ACCESS_REMOTE_READ
 	AccessRemoteAtomic AccessFlags = 1 << 3 // IBV_ACCESS_REMOTE_ATOMIC
 	AccessMWBind       AccessFlags = 1 << 4 // IBV_ACCESS_MW_BIND (MRs only: memory windows may be bound to it)
+	// IBV_ACCESS_FLUSH_GLOBAL and IBV_ACCESS_FLUSH_PERSISTENT: the QP serves
+	// RDMA FLUSH. rdma_cm's initial attributes grant both, beside remote
+	// read, on devices that support FLUSH (rxe from Linux 6.2).
+	AccessFlushGlobal     AccessFlags = 1 << 8
+	AccessFlushPersistent AccessFlags = 1 << 9
 
 	// qpAccessKnown is what a QP's access_flags may contain.
-	qpAccessKnown = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+	qpAccessKnown = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic |
+		AccessFlushGlobal | AccessFlushPersistent
 )
 
 // String lists the set flags, e.g. "local_write|remote_read"; "none" for 0.
@@ -270,6 +276,8 @@ func (f AccessFlags) String() string {
 		{AccessRemoteRead, "remote_read"},
 		{AccessRemoteAtomic, "remote_atomic"},
 		{AccessMWBind, "mw_bind"},
+		{AccessFlushGlobal, "flush_global"},
+		{AccessFlushPersistent, "flush_persistent"},
 	} {
 		if f&a.bit != 0 {
 			parts = append(parts, a.name)

@@ -336,6 +336,7 @@ func TestValueChecks(t *testing.T) {
 		{"UC remote atomic", QPTypeUC, StateReset, PortLimits{}, func(a *QPAttr) { a.AccessFlags = AccessRemoteAtomic }, "access_flags", ""},
 		{"UC remote read", QPTypeUC, StateReset, PortLimits{}, func(a *QPAttr) { a.AccessFlags = AccessRemoteRead }, "access_flags", ""},
 		{"unknown access bit", QPTypeRC, StateReset, PortLimits{}, func(a *QPAttr) { a.AccessFlags = 1 << 4 }, "access_flags", ""},
+		{"unknown access bit above flush", QPTypeRC, StateReset, PortLimits{}, func(a *QPAttr) { a.AccessFlags = 1 << 10 }, "access_flags", ""},
 		{"target state 9", QPTypeRC, StateReset, PortLimits{}, func(a *QPAttr) { a.State = 9 }, "state", ""},
 	}
 	for _, tc := range tests {
@@ -482,6 +483,7 @@ func TestStrings(t *testing.T) {
 		{MTU2048.String(), "2048"},
 		{MTU(0).String(), "MTU(0)"},
 		{(AccessLocalWrite | AccessRemoteAtomic).String(), "local_write|remote_atomic"},
+		{(AccessRemoteRead | AccessFlushGlobal | AccessFlushPersistent).String(), "remote_read|flush_global|flush_persistent"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
@@ -722,5 +724,16 @@ func TestErrorNamesMask(t *testing.T) {
 	}
 	if got := (AttrState | AttrAV | AttrMinRNRTimer | 1<<30).VerbsString(); got != "IBV_QP_STATE|IBV_QP_AV|IBV_QP_MIN_RNR_TIMER|0x40000000" {
 		t.Errorf("VerbsString: %q", got)
+	}
+}
+
+// TestFlushAccessAccepted: the initial attributes rdma_cm gives a QP on a
+// device that supports RDMA FLUSH (rxe from Linux 6.2) grant the two flush
+// rights beside remote read and atomics; the guard accepts them.
+func TestFlushAccessAccepted(t *testing.T) {
+	s := stepFrom(t, QPTypeRC, StateReset)
+	s.attr.AccessFlags = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessFlushGlobal | AccessFlushPersistent
+	if err := CheckTransition(testQPN, QPTypeRC, StateReset, &s.attr, s.mask, PortLimits{}); err != nil {
+		t.Fatal(err)
 	}
 }
