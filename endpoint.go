@@ -155,7 +155,7 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 // device that refused the inline request gave QPs without inline room:
 // the pool is searched for those too.
 func (e *endpoint) takeQP(h poller.Handler, st *cmsetup.Steps) error {
-	shape := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv, Inline: inlineRequest}
+	shape := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv, Inline: device.InlineRequest}
 	noInline := device.QPShape{SendWR: e.sqDepth, RecvWR: e.maxRecv}
 	if e.reused = e.takePooledQP(shape, h) || e.takePooledQP(noInline, h); e.reused {
 		st.Step("QP from pool")
@@ -169,7 +169,7 @@ func (e *endpoint) takeQP(h poller.Handler, st *cmsetup.Steps) error {
 	st.Step("attach poller")
 	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
 		SendWR: shape.SendWR, RecvWR: shape.RecvWR, InlineData: shape.Inline}
-	if e.qp, qpc, err = createQP(e.dev.PD.CreateQP, qpc); err != nil {
+	if e.qp, qpc, err = device.CreateQP(e.dev.PD.CreateQP, qpc); err != nil {
 		return err
 	}
 	e.shape = device.QPShape{SendWR: qpc.SendWR, RecvWR: qpc.RecvWR, Inline: qpc.InlineData}

@@ -258,8 +258,8 @@ func (p *udEndpoint) setupQP(cfg *Config) error {
 		return err
 	}
 	p.poller, p.token = pl, uint64(tok)<<poller.TokenShift
-	qpc := verbs.QPConfig{SendCQ: pl.CQ(), RecvCQ: pl.CQ(), SendWR: p.nSend, RecvWR: p.nRecv, InlineData: inlineRequest}
-	if p.qp, _, err = createQP(p.dev.PD.CreateUDQP, qpc); err != nil {
+	qpc := verbs.QPConfig{SendCQ: pl.CQ(), RecvCQ: pl.CQ(), SendWR: p.nSend, RecvWR: p.nRecv, InlineData: device.InlineRequest}
+	if p.qp, _, err = device.CreateQP(p.dev.PD.CreateUDQP, qpc); err != nil {
 		return err
 	}
 	p.maxInline = p.qp.MaxInline
