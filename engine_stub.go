@@ -133,7 +133,8 @@ func (*Export) revoke() error { return nil }
 
 func listenPacket(*Config, netip.AddrPort) (*PacketConn, error) { return nil, errNoRDMA }
 
-// udEndpoint is the RDMA side of a PacketConn (packetconn.go); none here.
+// udEndpoint is the RDMA side of a PacketConn (internal/ud through
+// packetconn.go); none here.
 type udEndpoint struct{}
 
 func (*udEndpoint) readFrom([]byte) (int, netip.AddrPort, error) {

@@ -1,7 +1,8 @@
 package rdma
 
 // Unreliable datagrams: PacketConn, written once here over the UD endpoint
-// (packetconn.go on Linux with cgo, engine_stub.go elsewhere), with
+// (internal/ud's Endpoint through packetconn.go on Linux with cgo,
+// engine_stub.go elsewhere), with
 // ListenPacket, the errors and the types of the zero-copy form.
 
 import (
@@ -150,8 +151,8 @@ func addrPortOf(a net.Addr) (netip.AddrPort, error) {
 // ReadFrom and WriteTo copy; the zero-copy form is Alloc and SendTo, and
 // Messages or Recv, whose Datagram holds the receive buffer the NIC wrote.
 //
-// Each method is written once here over the UD endpoint (packetconn.go;
-// engine_stub.go in builds without RDMA).
+// Each method is written once here over the UD endpoint (internal/ud,
+// through packetconn.go; engine_stub.go in builds without RDMA).
 type PacketConn struct {
 	udEndpoint
 }

@@ -4,12 +4,12 @@ package rdma
 
 import "github.com/verbline/rdma/internal/verbs"
 
-// Work-request ids, shared by the QPs of every connection and PacketConn
-// on a device's CQ: [token:24][kind:8][index:32]. The token (the poller's
-// dispatch key, poller.TokenShift) picks the owner, the kind what
-// completed, the index which slot or buffer.
+// Work-request ids of a connection's QP: [token:24][kind:8][index:32]. The
+// token (the poller's dispatch key, poller.TokenShift) picks the owner on
+// the device's shared CQ, the kind what completed, the index which slot or
+// buffer. Below the token the id is its owner's: a PacketConn's QP numbers
+// its work requests its own way (internal/ud).
 const (
-	// A connection's kinds (RC).
 	wrRecv     = 1 << 32
 	wrSendData = 2 << 32
 	wrSendCtl  = 3 << 32
@@ -20,10 +20,6 @@ const (
 	wrInval    = 8 << 32  // a window invalidate (index: send slot)
 	wrReadRv   = 9 << 32  // a rendezvous READ (index: receive buffer)
 	wrSendUnc  = 10 << 32 // a credit update or keepalive probe that spends no credit (wire.FeatureControlReserve)
-
-	// A PacketConn's kinds (UD).
-	wrUDRecv = 1 << 32
-	wrUDSend = 2 << 32
 
 	wrKindMask = 0xff << 32
 	wrIdxMask  = 0xffffffff

@@ -1,31 +1,30 @@
 //go:build linux && cgo
 
-package rdma
+package ud
 
 import (
 	"fmt"
 	"net/netip"
 	"testing"
 
-	"github.com/verbline/rdma/internal/ud"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
 
-// hostPacketConn is a PacketConn with no device: enough of one for the
-// receive path's header checks and peer-cache updates (ud.ParseDatagram,
+// hostEndpoint is an Endpoint with no device: enough of one for the
+// receive path's header checks and peer-cache updates (ParseDatagram,
 // heardLocked), whose peers have no address handle.
-func hostPacketConn(ethernet bool, maxPeers int) *udEndpoint {
-	p := &udEndpoint{ethernet: ethernet, replyBySIDR: !ethernet, maxPeers: maxPeers,
+func hostEndpoint(ethernet bool, maxPeers int) *Endpoint[Datagram] {
+	p := &Endpoint[Datagram]{ethernet: ethernet, replyBySIDR: !ethernet, maxPeers: maxPeers,
 		maxPayload: 1000, qkey: 0x01234567, portNum: 1, ttlTicks: 1 << 40}
 	p.gids = []verbs.GID{{Index: 1, Raw: netip.MustParseAddr("::ffff:10.0.0.1").As16(), Type: verbs.GIDTypeRoCEv2}}
-	p.peers = ud.NewPeerCache(maxPeers, p.evictLocked)
+	p.peers = NewPeerCache(maxPeers, p.evictLocked)
 	return p
 }
 
 // resolvedPeer caches what this side's own resolution of addr found.
-func resolvedPeer(p *udEndpoint, addr netip.AddrPort, qpn uint32, dlid uint16) *udPeer {
-	e := &udPeer{addr: addr, qpn: qpn, qkey: p.qkey, maxPayload: 1000, resolved: true,
+func resolvedPeer(p *Endpoint[Datagram], addr netip.AddrPort, qpn uint32, dlid uint16) *peerEntry {
+	e := &peerEntry{addr: addr, qpn: qpn, qkey: p.qkey, maxPayload: 1000, resolved: true,
 		attr: verbs.AHAttr{DLID: dlid, IsGlobal: p.ethernet, DGID: addr.Addr().As16()}}
 	p.addPeerLocked(e)
 	return e
@@ -46,7 +45,7 @@ func TestPeerCacheForgedDatagram(t *testing.T) {
 	victim := netip.MustParseAddrPort("10.0.0.2:7000")
 	for _, ethernet := range []bool{false, true} {
 		t.Run(fmt.Sprint("ethernet=", ethernet), func(t *testing.T) {
-			p := hostPacketConn(ethernet, 8)
+			p := hostEndpoint(ethernet, 8)
 			e := resolvedPeer(p, victim, 100, 5)
 			var g *wire.GRH
 			if ethernet {
@@ -73,8 +72,8 @@ func TestPeerCacheForgedDatagram(t *testing.T) {
 // only each other and take at most half the cache: a flood of datagrams
 // from many ports evicts no destination this side resolved.
 func TestPeerCacheLearnedFlood(t *testing.T) {
-	p := hostPacketConn(true, 8)
-	var mine []*udPeer
+	p := hostEndpoint(true, 8)
+	var mine []*peerEntry
 	for i := range 4 {
 		mine = append(mine, resolvedPeer(p, netip.AddrPortFrom(netip.MustParseAddr("10.0.0.3"), uint16(100+i)), uint32(10+i), 0))
 	}

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package rdma
+package ud
 
 import (
 	"encoding/binary"
@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"github.com/verbline/rdma/buffer"
-	"github.com/verbline/rdma/internal/ud"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
 
-// Fuzzing the datagram receive path: recvLocked on a PacketConn with no
+// Fuzzing the datagram receive path: recvLocked on an Endpoint with no
 // device (its receive ring from an unregistered pool), fed completions
 // whose GRH, datagram header, length, source QP and source LID come from
 // the fuzzer.
@@ -29,13 +28,13 @@ var (
 	fuzzResolved = netip.MustParseAddr("10.0.0.2") // the host of the entries this side resolved
 )
 
-// fuzzPacketConn is hostPacketConn with a receive ring and three entries
+// fuzzEndpoint is hostEndpoint with a receive ring and three entries
 // this side resolved (10.0.0.2:7000..7002, QPs 100..102, LIDs 5..7).
 // Its buffers go back to pool at the test's end.
-func fuzzPacketConn(t *testing.T, pool *buffer.Pool, ethernet bool) (*udEndpoint, []*udPeer) {
-	p := hostPacketConn(ethernet, fuzzMaxPeers)
+func fuzzEndpoint(t *testing.T, pool *buffer.Pool, ethernet bool) (*Endpoint[Datagram], []*peerEntry) {
+	p := hostEndpoint(ethernet, fuzzMaxPeers)
 	var err error
-	if p.recvHdr, err = pool.Get(fuzzRecv * ud.HdrSlot); err != nil {
+	if p.recvHdr, err = pool.Get(fuzzRecv * HdrSlot); err != nil {
 		t.Fatal(err)
 	}
 	for range fuzzRecv {
@@ -53,7 +52,7 @@ func fuzzPacketConn(t *testing.T, pool *buffer.Pool, ethernet bool) (*udEndpoint
 	})
 	p.lent = make([]bool, fuzzRecv)
 	p.msgs = make(chan Datagram, fuzzRecv)
-	var mine []*udPeer
+	var mine []*peerEntry
 	for i := range 3 {
 		mine = append(mine, resolvedPeer(p, netip.AddrPortFrom(fuzzResolved, uint16(7000+i)), uint32(100+i), uint16(5+i)))
 	}
@@ -85,7 +84,7 @@ var fuzzAddrs = []netip.Addr{fuzzResolved, netip.MustParseAddr("10.0.0.9"), fuzz
 // entry for the address claimed, 7 a failed completion. Invariants: no
 // panic; a valid datagram (bits 1, 3, and on RoCE 0 and 2) is delivered
 // whole with its sender; every other completion is delivered only if
-// ud.ParseDatagram accepts it and is otherwise counted as dropped and its
+// ParseDatagram accepts it and is otherwise counted as dropped and its
 // buffer reposted; the cache stays within its bounds (learnt entries
 // within half of it, none on InfiniBand) and the entries this side
 // resolved stay, unchanged, whatever the datagrams claim.
@@ -95,11 +94,11 @@ func FuzzDatagramReceive(f *testing.F) {
 		b = binary.BigEndian.AppendUint32(b, qp)
 		b = binary.BigEndian.AppendUint16(b, lid)
 		b = binary.BigEndian.AppendUint16(b, n)
-		s := make([]byte, ud.HdrSlot)
+		s := make([]byte, HdrSlot)
 		copy(s, slot)
 		return append(b, s...)
 	}
-	valid := make([]byte, ud.HdrSlot)
+	valid := make([]byte, HdrSlot)
 	wire.DatagramHeader{Port: 7000, MaxPayload: 1, Addr: fuzzResolved}.Put(valid[wire.GRHLen:])
 	fuzzGRH(valid, fuzzResolved)
 	f.Add(false, rec(0x0b, 300, 9, 80, valid))                                     // IB: a forged source for a resolved entry
@@ -123,17 +122,17 @@ func FuzzDatagramReceive(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, ethernet bool, data []byte) {
-		p, mine := fuzzPacketConn(t, pool, ethernet)
-		want := make([]udPeer, len(mine))
+		p, mine := fuzzEndpoint(t, pool, ethernet)
+		want := make([]peerEntry, len(mine))
 		for i, e := range mine {
 			want[i] = *e
 		}
-		const recLen = 9 + ud.HdrSlot
+		const recLen = 9 + HdrSlot
 		for step := 0; len(data) > 0 && step < 64; step++ {
 			r := make([]byte, recLen)
 			data = data[copy(r, data):]
 			mode := r[0]
-			wc := verbs.WC{WRID: wrUDRecv | uint64(step%fuzzRecv), Status: verbs.WCSuccess,
+			wc := verbs.WC{WRID: wrRecv | uint64(step%fuzzRecv), Status: verbs.WCSuccess,
 				SrcQP: binary.BigEndian.Uint32(r[1:]) & 0xffffff, SLID: uint32(binary.BigEndian.Uint16(r[5:])),
 				ByteLen: uint32(binary.BigEndian.Uint16(r[7:]))}
 			slot := r[9:]
@@ -151,7 +150,7 @@ func FuzzDatagramReceive(f *testing.F) {
 				}
 			}
 			if mode&8 != 0 {
-				wc.ByteLen = ud.HdrSlot + wc.ByteLen%(fuzzRoom+1)
+				wc.ByteLen = HdrSlot + wc.ByteLen%(fuzzRoom+1)
 			}
 			if mode&0x40 != 0 {
 				if e, ok := p.peers.Get(claim); ok {
@@ -162,10 +161,10 @@ func FuzzDatagramReceive(f *testing.F) {
 				wc.Status = verbs.WCLocLenErr
 			}
 			idx := int(wc.WRID & wrIdxMask)
-			hdrSlot := p.recvHdr.Full()[idx*ud.HdrSlot : (idx+1)*ud.HdrSlot]
+			hdrSlot := p.recvHdr.Full()[idx*HdrSlot : (idx+1)*HdrSlot]
 			copy(hdrSlot, slot)
 			wellFormed := mode&0x8a == 0x0a && (!ethernet || mode&5 == 5)
-			h, _, accepted := ud.ParseDatagram(slot, wc.ByteLen, fuzzRoom, wc.HasGRH(), ethernet)
+			h, _, accepted := ParseDatagram(slot, wc.ByteLen, fuzzRoom, wc.HasGRH(), ethernet)
 			if wellFormed && !accepted {
 				t.Fatalf("step %d: a valid datagram (mode %#x, %d bytes) is not accepted", step, mode, wc.ByteLen)
 			}
@@ -175,15 +174,15 @@ func FuzzDatagramReceive(f *testing.F) {
 			select {
 			case d := <-p.msgs:
 				if wc.Status != verbs.WCSuccess || !accepted {
-					t.Fatalf("step %d: delivered a datagram ud.ParseDatagram refuses (mode %#x)", step, mode)
+					t.Fatalf("step %d: delivered a datagram ParseDatagram refuses (mode %#x)", step, mode)
 				}
-				if d.From != h.AddrPort() || d.Buf.Len() != int(wc.ByteLen)-ud.HdrSlot || d.Buf.Len() < 0 {
-					t.Fatalf("step %d: delivered %d bytes from %v; want %d from %v", step, d.Buf.Len(), d.From, int(wc.ByteLen)-ud.HdrSlot, h.AddrPort())
+				if d.From != h.AddrPort() || d.Buf.Len() != int(wc.ByteLen)-HdrSlot || d.Buf.Len() < 0 {
+					t.Fatalf("step %d: delivered %d bytes from %v; want %d from %v", step, d.Buf.Len(), d.From, int(wc.ByteLen)-HdrSlot, h.AddrPort())
 				}
 				p.lent[idx] = false // taken back, as recycleRecv does
 			default:
 				if wc.Status == verbs.WCSuccess && accepted {
-					t.Fatalf("step %d: a datagram ud.ParseDatagram accepts was not delivered (mode %#x)", step, mode)
+					t.Fatalf("step %d: a datagram ParseDatagram accepts was not delivered (mode %#x)", step, mode)
 				}
 				if p.dropped.Load() != dropped+1 || len(p.recvWRs) != 1 {
 					t.Fatalf("step %d: a refused datagram: dropped %d -> %d, %d reposted", step, dropped, p.dropped.Load(), len(p.recvWRs))
@@ -198,7 +197,7 @@ func FuzzDatagramReceive(f *testing.F) {
 					t.Fatalf("step %d: the resolved entry for %v changed: %+v, was %+v", step, e.addr, *e, want[i])
 				}
 			}
-			p.peers.Each(func(_ netip.AddrPort, e *udPeer) {
+			p.peers.Each(func(_ netip.AddrPort, e *peerEntry) {
 				if e.maxPayload < 1 || e.maxPayload > p.maxPayload {
 					t.Fatalf("step %d: entry for %v accepts %d bytes", step, e.addr, e.maxPayload)
 				}
@@ -209,9 +208,9 @@ func FuzzDatagramReceive(f *testing.F) {
 
 // cachedPeer is the entry cached for addr, nil if none, without marking it
 // used (a Get would change the cache's order under test).
-func cachedPeer(p *udEndpoint, addr netip.AddrPort) *udPeer {
-	var found *udPeer
-	p.peers.Each(func(k netip.AddrPort, e *udPeer) {
+func cachedPeer(p *Endpoint[Datagram], addr netip.AddrPort) *peerEntry {
+	var found *peerEntry
+	p.peers.Each(func(k netip.AddrPort, e *peerEntry) {
 		if k == addr {
 			found = e
 		}
