@@ -133,7 +133,7 @@ type Endpoint[D DatagramType] struct {
 	hdrBytes     []byte              // hdr encoded: the private data of our SIDR answers
 	replyBySIDR  bool                // answer senders by resolving their address (IB, where a GRH lacks the LID; tests)
 	maxPeers     int                 // opt.MaxPeers
-	ttlTicks     int64               // peerEntryTTL when made, in coarseclock ticks
+	ttlTicks     int64               // opt.PeerTTL in coarseclock ticks
 	recheckTicks int64               // opt.Recheck in coarseclock ticks
 	clock        bool                // holds a coarseclock reference
 	closing      chan struct{}       // closed by Close
@@ -485,7 +485,8 @@ func (p *Endpoint[D]) received(d D, ok bool) (D, error) {
 	return D{}, p.qpErr
 }
 
-// spinWait drives the CQ for a waiting caller (see Conn.spinWait).
+// spinWait drives the CQ for a waiting caller (as the root package's
+// engine.spinWait does for a connection).
 func (p *Endpoint[D]) spinWait(w *poller.Waiter, est *poller.SpinBudget) bool {
 	if !w.Started() {
 		wait.Start(w, p.poller, est, p.opt.PollEvent, p.opt.PollSpin)
@@ -601,8 +602,8 @@ func (p *Endpoint[D]) postDatagramLocked(peer *peerEntry, payload []byte, zb buf
 }
 
 // waitLocked waits for a state change, ctx, the deadline or Close, driving
-// the CQ meanwhile (as Conn.waitLocked). Called with p.mu held; returns
-// with it held.
+// the CQ meanwhile (as the root package's engine.waitLocked). Called with
+// p.mu held; returns with it held.
 func (p *Endpoint[D]) waitLocked(ctx context.Context, d *deadline.Deadline, w *poller.Waiter) error {
 	if d.Expired() {
 		return os.ErrDeadlineExceeded
