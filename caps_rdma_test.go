@@ -4,6 +4,7 @@ package rdma
 
 import (
 	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -58,6 +59,32 @@ func TestConnOnDeviceCapabilities(t *testing.T) {
 	}
 	defer c.Close()
 	if err := echo(c, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPacketConnOnDeviceCapabilities: a PacketConn opens where the device
+// has UD queue pairs, and on a device without (iWARP) ListenPacket fails
+// with errors.ErrUnsupported, naming what the device lacks.
+func TestPacketConnOnDeviceCapabilities(t *testing.T) {
+	caps := testDeviceCaps(t)
+	env := rdmatest.Require(t)
+	checkLeaksAtEnd(t)
+	p, err := ListenPacket("rdma", net.JoinHostPort(env.Addr, "0"))
+	if !caps.UD {
+		if err == nil {
+			p.Close()
+			t.Fatal("ListenPacket succeeded on a device without UD queue pairs")
+		}
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "UD queue pairs") {
+			t.Fatalf("ListenPacket on a device without UD: %v (want errors.ErrUnsupported naming what it lacks)", err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -304,6 +304,9 @@ func (p *Endpoint[D]) setupQP() error {
 	if p.dev, err = p.opt.AcquireDevice(ctx); err != nil {
 		return err
 	}
+	if err = p.dev.Caps.DatagramError(p.dev.Name()); err != nil {
+		return err // iWARP: RC only
+	}
 	p.nRecv, p.nSend = p.opt.RecvBuffers, p.opt.SendBuffers
 	p.repostBatch = max(1, min(16, p.nRecv/8))
 	p.entries = p.nRecv + p.nSend
