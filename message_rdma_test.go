@@ -1176,7 +1176,7 @@ func TestExportScopedToConnection(t *testing.T) {
 	c2, s2 := dialAgain(t, ln, nil)
 	defer c2.Close()
 	defer s2.Close()
-	if !s1.dev.Windows {
+	if !s1.dev.Caps.MemoryWindows {
 		t.Fatal("the device has no type 2 memory windows")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))

@@ -144,7 +144,7 @@ func TestMetrics(t *testing.T) {
 	// Messages: ten small ones, and one larger than the receive buffers
 	// (read by the peer with RDMA READ) where the device can lend it.
 	sizes := []int{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}
-	if c.dev.Windows {
+	if c.dev.Caps.MemoryWindows {
 		sizes = append(sizes, 100000)
 	}
 	sendsDone := make(chan struct{})

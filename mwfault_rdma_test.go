@@ -40,7 +40,7 @@ func TestWindowFaultQPNotPooled(t *testing.T) {
 			defer ln.Close()
 			defer s.Close()
 			defer c.Close()
-			if !c.dev.Windows {
+			if !c.dev.Caps.MemoryWindows {
 				t.Fatal("the device has no type 2 memory windows")
 			}
 			d := c.dev

@@ -94,25 +94,6 @@ func CapsOf(a *verbs.DeviceAttr) Caps {
 	return c
 }
 
-// Lacks lists, in words, what c lacks of what the library can use: empty
-// for a device with everything.
-func (c Caps) Lacks() []string {
-	var l []string
-	if !c.MemoryWindows {
-		l = append(l, "memory windows")
-	}
-	if !c.Immediates {
-		l = append(l, "immediate data")
-	}
-	if c.Atomics == verbs.AtomicNone {
-		l = append(l, "atomics")
-	}
-	if !c.UD {
-		l = append(l, "UD queue pairs")
-	}
-	return l
-}
-
 // String is c in one line, as the doctor reports it.
 func (c Caps) String() string {
 	yes := func(b bool) string {

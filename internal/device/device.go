@@ -47,10 +47,6 @@ type Device struct {
 	Pollers *poller.Group // the shared CQs
 	Attr    *verbs.DeviceAttr
 	Caps    Caps // what the device can do, as the paths ask it (caps.go)
-	// Windows: the device has type 2 memory windows, so a message larger
-	// than the peer's receive buffers can be lent to the peer for one RDMA
-	// READ without registering memory on the data path.
-	Windows bool
 	// LendExact: the device bounds a window's accesses by the MR it is
 	// bound over, not by the window's own range (Soft-RoCE), so a large
 	// message is lent through a registration of exactly its bytes rather
@@ -140,11 +136,10 @@ func Acquire(ctx *verbs.Context, cfg Config) (_ *Device, err error) {
 		return port.Limits(d.Attr), nil
 	}
 	d.Caps = CapsOf(d.Attr)
-	d.Windows = d.Caps.MemoryWindows
 	d.rxe = IsSoftRoCE(d.name)
 	d.LendExact = d.rxe
 	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
-	if d.Windows {
+	if d.Caps.MemoryWindows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself
 	}
 	// A device whose connections are gone lingers until its last buffer is
