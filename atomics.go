@@ -56,16 +56,6 @@ func (c *engine) atomicsUnsupported() error {
 	return nil
 }
 
-// announced is the feature set this side's Hello announces: all it knows,
-// less atomics where the device has none.
-func (c *engine) announced() wire.Features {
-	f := wire.Supported
-	if c.dev.Caps.Atomics == verbs.AtomicNone {
-		f &^= wire.FeatureAtomics
-	}
-	return f
-}
-
 // checkAtomicTarget refuses, before anything is posted, an atomic the
 // peer's NIC would refuse for its address: outside the descriptor's range,
 // or not 8-byte aligned.

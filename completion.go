@@ -116,10 +116,10 @@ func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 			c.recvWRs = append(c.recvWRs, c.ep.recvWR(idx))
 			return
 		}
-		c.deliverNotificationLocked(idx, wc)
+		c.deliverNotificationLocked(idx, wc.Imm, wc.ByteLen)
 		return
 	}
-	credits, act := c.admitRecvLocked(wc)
+	credits, n, act := c.admitRecvLocked(wc, idx)
 	switch act {
 	case rxFailed:
 		return
@@ -138,18 +138,28 @@ func (c *engine) recvLocked(wc *verbs.WC, idx int) {
 		return
 	case rxData:
 		tail := (c.stream.rqHead + c.stream.rqLen) % len(c.stream.rq)
-		c.stream.rq[tail] = rxMsg{buf: idx, n: int(wc.ByteLen)}
+		c.stream.rq[tail] = rxMsg{buf: idx, n: int(n)}
 		c.stream.rqLen++
-		c.arrived.bytes += uint64(wc.ByteLen)
+		c.arrived.bytes += uint64(n)
 		return
 	case rxMessage:
-		c.deliverMessageLocked(idx, int(wc.ByteLen))
-		c.arrived.bytes += uint64(wc.ByteLen)
+		c.deliverMessageLocked(idx, int(n))
+		c.arrived.bytes += uint64(n)
 		c.arrived.msgs++
 		return
 	case rxRendezvous:
-		c.rendezvousInLocked(idx, int(wc.ByteLen))
+		c.rendezvousInLocked(idx, int(n))
 		c.arrived.msgs++ // its bytes when the READ completes (readDoneLocked)
+		return
+	case rxNotify:
+		// A write with immediate on a connection with trailers: the
+		// notify's payload carries the immediate value and the length.
+		note, err := wire.ParseNotify(c.ep.recv[idx].Full()[:n])
+		if err != nil {
+			c.failLocked(fmt.Errorf("%w: %w", ErrProtocol, err))
+			return
+		}
+		c.deliverNotificationLocked(idx, note.Imm, note.Len)
 		return
 	case rxFIN:
 		c.stream.eof = true
@@ -168,6 +178,7 @@ const (
 	rxData                           // stream bytes: queue the receive buffer
 	rxMessage                        // a message: deliver the receive buffer
 	rxRendezvous                     // a large message's announcement: read it
+	rxNotify                         // a write's notify (trailers): deliver it as a Notification
 	rxFIN                            // the peer sends no more: repost
 	// rxRepost: it spent a credit and carries nothing to hold (a credit
 	// update or probe without the control reserve, empty data, anything
@@ -178,19 +189,22 @@ const (
 // rxView is the part of a connection's state classifyRecv reads.
 type rxView struct {
 	controlReserve bool // FeatureControlReserve was negotiated
+	trailers       bool // headers travel in trailers (the header was read from one)
 	eof            bool // the peer's FIN arrived
 	msgsClosed     bool // messages end (a failure, or the end reached)
-	room           int  // the receive buffers' posted length
+	room           int  // the receive buffers' posted length (less a trailer with trailers)
 }
 
 // classifyRecv is the decision of recvLocked for a successful receive
 // completion of a send (not an RDMA write with immediate), as a pure
-// function: from the completion's immediate (hasImm, imm), its length and
-// the connection's view, the message's kind, the credits it returns (a
+// function: from the message's header (hasImm: the completion had one, or
+// it was read from the trailer), the length of its payload and the
+// connection's view, the message's kind, the credits it returns (a
 // rendezvous done's id) and what it asks. A malformed completion (no
-// immediate, an unknown kind, more bytes than a receive holds) yields
-// rxFailed and an error matching ErrProtocol. It does not check credits
-// and allowances (admitRecvLocked does).
+// header, an unknown kind, more bytes than a receive holds, a notify on a
+// connection without trailers) yields rxFailed and an error matching
+// ErrProtocol. It does not check credits and allowances (admitRecvLocked
+// does).
 func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32, rxAction, error) {
 	if !hasImm {
 		return 0, 0, rxFailed, fmt.Errorf("%w: peer sent a message without a header", ErrProtocol)
@@ -203,6 +217,9 @@ func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32
 		// No device completes a receive with more than it posted.
 		return 0, 0, rxFailed, fmt.Errorf("%w: peer sent %d bytes into a %d-byte receive", ErrProtocol, byteLen, v.room)
 	}
+	if kind == wire.KindNotify && !v.trailers {
+		return 0, 0, rxFailed, fmt.Errorf("%w: peer sent a notify on a connection without trailers", ErrProtocol)
+	}
 	switch {
 	case (kind == wire.KindKeepalive || kind == wire.KindCredit) && v.controlReserve:
 		return kind, credits, rxControl, nil
@@ -214,6 +231,8 @@ func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32
 		return kind, credits, rxMessage, nil
 	case kind == wire.KindRendezvous && !v.eof && !v.msgsClosed:
 		return kind, credits, rxRendezvous, nil
+	case kind == wire.KindNotify && !v.msgsClosed:
+		return kind, credits, rxNotify, nil
 	case kind == wire.KindFIN:
 		return kind, credits, rxFIN, nil
 	}
@@ -221,32 +240,44 @@ func classifyRecv(hasImm bool, imm, byteLen uint32, v rxView) (wire.Kind, uint32
 }
 
 // admitRecvLocked classifies a successful receive completion of a send
-// (classifyRecv) and applies its credits: a credit update or probe in the
-// control reserve is checked against its allowance; every other kind but
+// into receive buffer idx (classifyRecv, with the header from the
+// immediate data or, on a connection with trailers, from the payload's
+// end) and applies its credits: a credit update or probe in the control
+// reserve is checked against its allowance; every other kind but
 // rendezvous done spends one of the peer's credits. The credits it returns
 // count (creditsInLocked). It returns the credits field (a rendezvous
-// done's id) and the action; rxFailed: the connection failed (ErrProtocol).
-func (c *engine) admitRecvLocked(wc *verbs.WC) (uint32, rxAction) {
-	kind, credits, act, err := classifyRecv(wc.HasImm(), wc.Imm, wc.ByteLen, rxView{
-		controlReserve: c.features&wire.FeatureControlReserve != 0,
-		eof:            c.stream.eof, msgsClosed: c.msgs.closed, room: c.ep.bufSize})
+// done's id), the payload's length and the action; rxFailed: the
+// connection failed (ErrProtocol).
+func (c *engine) admitRecvLocked(wc *verbs.WC, idx int) (uint32, uint32, rxAction) {
+	v := rxView{controlReserve: c.features&wire.FeatureControlReserve != 0,
+		eof: c.stream.eof, msgsClosed: c.msgs.closed, room: c.ep.bufSize}
+	hasImm, imm, n := wc.HasImm(), wc.Imm, wc.ByteLen
+	if c.trailers {
+		var err error
+		if n, imm, err = recvTrailer(c.ep.recv, idx, wc.ByteLen, c.ep.bufSize); err != nil {
+			c.failLocked(fmt.Errorf("%w: %w", ErrProtocol, err))
+			return 0, 0, rxFailed
+		}
+		hasImm, v.trailers, v.room = true, true, c.ep.bufSize-wire.TrailerLen
+	}
+	kind, credits, act, err := classifyRecv(hasImm, imm, n, v)
 	switch act {
 	case rxFailed:
 		c.failLocked(err)
-		return credits, rxFailed
+		return credits, n, rxFailed
 	case rxControl:
 		// Spending no credit, each kind has an allowance of its own.
 		if !c.controlAllowedLocked(kind, credits) || !c.creditsInLocked(credits) {
-			return credits, rxFailed
+			return credits, n, rxFailed
 		}
-		return credits, act
+		return credits, n, act
 	case rxRendezvousDone:
-		return credits, act
+		return credits, n, act
 	}
 	if !c.peerSpentLocked() || !c.creditsInLocked(credits) {
-		return credits, rxFailed
+		return credits, n, rxFailed
 	}
-	return credits, act
+	return credits, n, act
 }
 
 func (c *engine) recvFailedLocked(wc *verbs.WC) {

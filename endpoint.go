@@ -33,6 +33,9 @@ type endpoint struct {
 	recv    []buffer.Buf // receive buffers so far (grown up to maxRecv)
 	send    []buffer.Buf // send buffers so far (grown up to maxSend)
 	rvDesc  buffer.Buf   // rendezvous announcements: RendezvousLen bytes per message send slot
+	// trailers: a slot per send-queue position for a send's trailer (and a
+	// notify's payload), on connections with trailers only (trailer.go).
+	trailers buffer.Buf
 
 	bufSize          int
 	maxRecv, maxSend int // the rings' largest sizes
@@ -123,9 +126,6 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 		return nil, err
 	}
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
-		return nil, err
-	}
-	if err = e.dev.Caps.ConnError(e.dev.Name()); err != nil {
 		return nil, err
 	}
 	if err = e.dev.Usable(id.PortNum()); err != nil {
@@ -364,6 +364,9 @@ func (e *endpoint) close() error {
 	e.send = nil
 	if e.rvDesc.Valid() {
 		e.rvDesc.Release()
+	}
+	if e.trailers.Valid() {
+		e.trailers.Release()
 	}
 	if e.dev != nil {
 		if e.parkDev == nil {

@@ -37,7 +37,9 @@ type engine struct {
 	ep           *endpoint
 	dev          *device.Device
 	port         uint8 // the device port the connection runs on
-	peerBufSize  int   // chunk size for sends: the peer's receive buffer size, capped by ours
+	peerBufSize  int   // payload room of a send: the peer's receive buffer size, capped by ours (less a trailer)
+	inlineMax    int   // the largest payload sent inline (the QP's inline room, less a trailer)
+	trailers     bool  // headers travel in trailers, not immediate data (trailer.go)
 	// features are the optional protocol features both sides announced
 	// (docs/protocol.md): only these may be used.
 	features   wire.Features
@@ -129,10 +131,17 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	return conn, nil
 }
 
-// setPeer records the peer's half of the handshake.
-func (c *engine) setPeer(peer wire.Hello) {
+// setPeer records the peer's half of the handshake (agreed's).
+func (c *engine) setPeer(peer wire.Hello) error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.peerBufSize = min(int(peer.RecvBufSize), c.ep.bufSize)
+	c.inlineMax = c.ep.maxInline
+	if peer.Features&wire.FeatureTrailersRequired != 0 {
+		if err := c.startTrailers(); err != nil {
+			return err
+		}
+	}
 	c.features = peer.Features
 	// The QP accepts the peer's atomics only where both sides have them
 	// (endpoint.configure grants the right at RTR).
@@ -142,7 +151,7 @@ func (c *engine) setPeer(peer wire.Hello) {
 	if c.dev.Caps.MemoryWindows && int(peer.MaxMsgSize) > c.peerBufSize {
 		c.rdv.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.Pool.MaxSize()) // larger ones go by rendezvous
 	}
-	c.mu.Unlock()
+	return nil
 }
 
 // start runs once the connection is established.

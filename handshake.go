@@ -30,19 +30,43 @@ func (c *engine) hello() []byte {
 	return h.AppendTo(nil)
 }
 
+// announced is the feature set this side's Hello announces: all it knows,
+// less atomics where the device has none, and requiring trailers only
+// where it has no immediate data.
+func (c *engine) announced() wire.Features {
+	f := wire.Supported
+	if c.dev.Caps.Atomics == verbs.AtomicNone {
+		f &^= wire.FeatureAtomics
+	}
+	if !c.needsTrailers() {
+		f &^= wire.FeatureTrailersRequired
+	}
+	return f
+}
+
 // agreed is the peer's Hello as the connection uses it: its Features are
 // those both sides support (wire.Negotiate), which is all either side may
-// use on the connection. A peer of a later minor version announces
-// features this side does not know; they drop out here.
+// use on the connection, plus wire.FeatureTrailersRequired when the
+// connection carries its headers in trailers (wire.ConnTrailers: either
+// side's device lacks immediate data). A peer of a later minor version
+// announces features this side does not know; they drop out here.
 // ours is the Hello this side sent: its features are what it announced
-// (in tests, a peer of another version announces fewer).
-func agreed(ours []byte, peer wire.Hello) wire.Hello {
-	announced := wire.Supported
+// (in tests, a peer of another version announces fewer). The error is
+// wire.ErrNoTrailers: the two sides cannot talk.
+func agreed(ours []byte, peer wire.Hello) (wire.Hello, error) {
+	announced := wire.Supported &^ wire.FeatureTrailersRequired
 	if h, err := wire.ParseHello(ours); err == nil {
 		announced = h.Features
 	}
-	peer.Features = wire.Negotiate(announced, peer.Features)
-	return peer
+	trailers, err := wire.ConnTrailers(announced, peer.Features)
+	if err != nil {
+		return wire.Hello{}, err
+	}
+	peer.Features = wire.Negotiate(announced, peer.Features) &^ wire.FeatureTrailersRequired
+	if trailers {
+		peer.Features |= wire.FeatureTrailersRequired
+	}
+	return peer, nil
 }
 
 // helloFunc builds the private data a side sends in its half of the
@@ -148,7 +172,13 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		cmsetup.SendReject(id, code, reason)
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
-	c.setPeer(agreed(ours, peer))
+	if peer, err = agreed(ours, peer); err != nil {
+		cmsetup.SendReject(id, wire.RejectIncompatible, err.Error())
+		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
+	}
+	if err = c.setPeer(peer); err != nil {
+		return nil, err
+	}
 	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
 		return nil, err
 	}
@@ -240,7 +270,13 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	}
 	st.Step("new conn (endpoint, rings)")
 	ours := hello(c)
-	c.setPeer(agreed(ours, peer))
+	if peer, err = agreed(ours, peer); err != nil {
+		cmsetup.SendReject(child, wire.RejectIncompatible, err.Error())
+		return nil, fmt.Errorf("%w: dialer's request: %w", ErrHandshake, err)
+	}
+	if err = c.setPeer(peer); err != nil {
+		return nil, fail(err)
+	}
 	ep := c.ep
 	// The depths: rdma_cm reports the dialer's initiator depth as the
 	// responder resources asked of this side, and the dialer's responder

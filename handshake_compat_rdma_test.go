@@ -174,13 +174,33 @@ func TestHandshakeCompatListen(t *testing.T) {
 }
 
 // TestHandshakeAgreed: the Hello handed to setPeer carries only the
-// features both sides support, whatever the peer announced.
+// features both sides support, whatever the peer announced, and the
+// trailers mark where either side requires them; a side that requires
+// them from a peer that does not speak them is refused.
 func TestHandshakeAgreed(t *testing.T) {
-	for _, f := range []wire.Features{0, ^wire.Features(0), 1 << 31, wire.Supported} {
-		peer := wire.Hello{Version: wire.Version, Minor: 9, Credits: 4, RecvBufSize: 4096, Features: f}
-		got := agreed((&wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 1, RecvBufSize: 64, Features: wire.Supported}).AppendTo(nil), peer)
-		if got.Features != wire.Supported&f {
-			t.Errorf("peer announcing %v: agreed %v, want %v", f, got.Features, wire.Supported&f)
+	withImm := wire.Supported &^ wire.FeatureTrailersRequired
+	for _, tc := range []struct {
+		ours, peer, want wire.Features
+		err              error
+	}{
+		{withImm, 0, 0, nil},
+		{withImm, 1 << 31, 0, nil},
+		{withImm, withImm, withImm, nil},
+		{withImm, ^wire.Features(0), wire.Supported, nil}, // the peer requires trailers and speaks them
+		{wire.Supported, withImm, wire.Supported, nil},    // this side requires them
+		{wire.Supported, wire.FeatureControlReserve, 0, wire.ErrNoTrailers},
+		{withImm, wire.FeatureTrailersRequired, 0, wire.ErrNoTrailers},
+	} {
+		peer := wire.Hello{Version: wire.Version, Minor: 9, Credits: 4, RecvBufSize: 4096, Features: tc.peer}
+		got, err := agreed((&wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 1, RecvBufSize: 64, Features: tc.ours}).AppendTo(nil), peer)
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("ours %v, peer %v: error %v, want %v", tc.ours, tc.peer, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.Features != tc.want {
+			t.Errorf("ours %v, peer %v: agreed %v (%v), want %v", tc.ours, tc.peer, got.Features, err, tc.want)
 		}
 		if got.Features = peer.Features; got != peer {
 			t.Errorf("agreed changed more than the features: %+v from %+v", got, peer)

@@ -219,5 +219,8 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv("RDMA_SETUP_LISTEN"); addr != "" {
 		setupServer(addr) // scripts/setupbench's server process (setup_rdma_test.go)
 	}
+	// RDMA_TEST_TRAILERS=1 runs every connection over trailers, as on a
+	// device without immediate data (trailer.go; docs/testing.md).
+	forceTrailers.Store(os.Getenv("RDMA_TEST_TRAILERS") == "1")
 	os.Exit(m.Run())
 }

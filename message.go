@@ -258,7 +258,7 @@ func (c *engine) awaitSendSlotLocked(ctx context.Context, w *poller.Waiter, larg
 func (c *engine) postMessageLocked(b buffer.Buf, slot int, async bool) error {
 	wr := verbs.SendWR{Addr: b.Addr(), Len: uint32(b.Len()), LKey: b.LKey(),
 		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindMessage, uint32(c.stream.pending))}
-	if b.Len() <= c.ep.maxInline {
+	if b.Len() <= c.inlineMax {
 		wr.Flags = verbs.SendInline
 	}
 	// An asynchronous send's end goes to Completions() or RecvCompletion,

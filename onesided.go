@@ -299,7 +299,11 @@ func (c *engine) postOneSided(ctx context.Context, name string, wr verbs.SendWR,
 	// A blocking call waits for its own completion; an asynchronous one's
 	// may come with a later request's (asyncForceLocked).
 	force := !async || c.asyncForceLocked(len(c.rma.free)%max(c.ep.maxOps/2, 1) == 0)
-	if err := c.postLocked(wr, wrOneSided, idx, force); err != nil {
+	post := c.postLocked
+	if needCredit && c.trailers {
+		post = c.postWriteNotifyLocked // a write, then a notify carrying the immediate (trailer.go)
+	}
+	if err := post(wr, wrOneSided, idx, force); err != nil {
 		b := c.giveBackOpSlotLocked(idx)
 		c.mu.Unlock()
 		b.Release()
@@ -342,7 +346,13 @@ func (c *engine) takeOpSlotLocked(ctx context.Context, w *poller.Waiter, async, 
 		if async && !c.asyncRoomLocked() {
 			return 0, ErrCompletionsFull
 		}
-		if len(c.rma.free) > 0 && (!needCredit || c.stream.credits >= 2) && c.sqUsedLocked() < c.ep.sqDepth-ctlReserve/2 {
+		// A write with immediate on a connection with trailers takes two
+		// send-queue entries: the write and its notify.
+		pair := 0
+		if needCredit && c.trailers {
+			pair = 1
+		}
+		if len(c.rma.free) > 0 && (!needCredit || c.stream.credits >= 2) && c.sqUsedLocked()+pair < c.ep.sqDepth-ctlReserve/2 {
 			break
 		}
 		if err := c.waitLocked(ctx, &c.wrDeadline, w); err != nil {
@@ -437,10 +447,11 @@ func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf
 	c.rma.free = append(c.rma.free, idx)
 }
 
-// deliverNotificationLocked lends receive buffer idx as a notification.
-func (c *engine) deliverNotificationLocked(idx int, wc *verbs.WC) {
+// deliverNotificationLocked lends receive buffer idx as the notification
+// of a write of n bytes with immediate value imm.
+func (c *engine) deliverNotificationLocked(idx int, imm, n uint32) {
 	c.msgs.lent[idx] = true
-	c.msgs.nq.Push(Notification{Imm: wc.Imm, Len: int(wc.ByteLen), buf: c.ep.recv[idx]})
+	c.msgs.nq.Push(Notification{Imm: imm, Len: int(n), buf: c.ep.recv[idx]})
 }
 
 // releaseOpsLocked ends the one-sided operations and atomics in flight at

@@ -32,6 +32,7 @@ type sendQueue struct {
 	unsig      int             // requests posted since the last signaled one
 	asyncUnsig bool            // an asynchronous request is among them (its end waits for a signaled one)
 	ctlWR      [1]verbs.SendWR // scratch for single posts (a local would escape to the heap)
+	pair       [2]verbs.SendWR // scratch for a write and its notify (trailer.go)
 }
 
 // sqEntry is one posted send-queue work request: what to do when it retires.
@@ -45,13 +46,18 @@ type sqEntry struct {
 func (c *engine) sqUsedLocked() int { return c.sendq.inFlight + c.sendq.reserved }
 
 // sqPushLocked appends a request about to be posted to the queue and sets
-// its wr_id (the kind and the queue position) and its signaled flag.
-// Called with c.mu held; the caller checked that the queue has room.
+// its wr_id (the kind and the queue position) and its signaled flag; on a
+// connection with trailers, a send's header moves into its trailer
+// (trailer.go). Called with c.mu held; the caller checked that the queue
+// has room.
 func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) {
-	pos := (c.sendq.head + c.sendq.inFlight) % len(c.sendq.entries)
+	pos := c.sqNextPosLocked()
 	c.sendq.entries[pos] = sqEntry{kind: kind, idx: idx}
 	c.sendq.inFlight++
 	wr.WRID = c.ep.wrid(kind, pos)
+	if c.trailers {
+		c.trailerLocked(wr, pos)
+	}
 	// After this side's end of stream nothing may follow to retire an
 	// unsignaled request (a rendezvous done answer, a credit update to a
 	// 1.1 peer), and Close waits for every request to retire: signal them
@@ -110,6 +116,11 @@ func (c *engine) sqLowLocked() bool {
 	return c.ep.sqDepth-c.sqUsedLocked() < signalEvery ||
 		len(c.stream.sendFree) < min(signalEvery, len(c.ep.send)) ||
 		c.msgs.free != nil && len(c.msgs.free) < signalEvery // nil: the message view never sent
+}
+
+// sqNextPosLocked is the queue position the next pushed request takes.
+func (c *engine) sqNextPosLocked() int {
+	return (c.sendq.head + c.sendq.inFlight) % len(c.sendq.entries)
 }
 
 // sqPopLocked takes back the last n pushed requests (their post failed).

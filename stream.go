@@ -294,7 +294,7 @@ func (c *engine) fillChunks(b []byte, slots []int, sendBufs []buffer.Buf) []verb
 		m := copy(sb.Full()[:c.peerBufSize], b)
 		b = b[m:]
 		wr := verbs.SendWR{Addr: sb.Addr(), Len: uint32(m), LKey: sb.LKey(), Opcode: verbs.OpSendWithImm}
-		if m <= c.ep.maxInline {
+		if m <= c.inlineMax {
 			wr.Flags = verbs.SendInline // copied into the request: no DMA read of the buffer
 		}
 		wrs = append(wrs, wr)

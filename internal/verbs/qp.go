@@ -3,6 +3,7 @@
 package verbs
 
 /*
+#include <stddef.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
@@ -12,7 +13,10 @@ typedef struct {
 	uint64_t wr_id, addr, remote_addr;
 	uint32_t len, lkey, opcode, flags, imm, rkey;
 	uint64_t compare_add, swap; // atomics only
+	uint64_t tail_addr;         // a second SGE after addr/len when tail_len > 0
+	uint32_t tail_len, tail_lkey;
 } gosendwr;
+enum { offsetof_gosendwr_tail_addr = offsetof(gosendwr, tail_addr) };
 typedef struct {
 	uint64_t wr_id, addr;
 	uint32_t len, lkey;
@@ -30,13 +34,13 @@ typedef struct {
 #define POST_BATCH 64
 
 // post_send chains an optional window bind b and n work requests (one SGE
-// each, none for zero length) and posts them in one ibv_post_send: one
+// each, none for zero length, and a second for a tail) and posts them in one ibv_post_send: one
 // doorbell. Returns 0, or -(errno + 256*bad) where bad is the index of the
 // first request not posted, the bind counting as request 0 (no
 // out-parameter: a Go pointer argument would make the caller allocate).
 static int post_send(struct ibv_qp *qp, gobindwr *b, gosendwr *in, int n) {
 	struct ibv_send_wr wr[POST_BATCH + 1], *badwr = NULL;
-	struct ibv_sge sge[POST_BATCH];
+	struct ibv_sge sge[2 * POST_BATCH];
 	if (n > POST_BATCH) n = POST_BATCH;
 	int k = b ? 1 : 0;
 	memset(wr, 0, sizeof(wr[0]) * (n + k));
@@ -54,12 +58,23 @@ static int post_send(struct ibv_qp *qp, gobindwr *b, gosendwr *in, int n) {
 	}
 	for (int i = 0; i < n; i++) {
 		struct ibv_send_wr *w = &wr[k + i];
-		sge[i].addr = in[i].addr;
-		sge[i].length = in[i].len;
-		sge[i].lkey = in[i].lkey;
+		struct ibv_sge *s = &sge[2 * i];
+		int ns = 0;
+		if (in[i].len) {
+			s[ns].addr = in[i].addr;
+			s[ns].length = in[i].len;
+			s[ns].lkey = in[i].lkey;
+			ns++;
+		}
+		if (in[i].tail_len) {
+			s[ns].addr = in[i].tail_addr;
+			s[ns].length = in[i].tail_len;
+			s[ns].lkey = in[i].tail_lkey;
+			ns++;
+		}
 		w->wr_id = in[i].wr_id;
-		w->sg_list = &sge[i];
-		w->num_sge = in[i].len ? 1 : 0;
+		w->sg_list = s;
+		w->num_sge = ns;
 		w->opcode = in[i].opcode;
 		w->send_flags = in[i].flags;
 		w->imm_data = htonl(in[i].imm);
@@ -217,7 +232,8 @@ const (
 	SendFence    uint32 = C.IBV_SEND_FENCE
 )
 
-// SendWR is one send-queue work request with a single scatter/gather entry.
+// SendWR is one send-queue work request: one scatter/gather entry, and a
+// second one (the tail) where TailLen is set.
 type SendWR struct {
 	WRID       uint64
 	Addr       uint64
@@ -230,6 +246,10 @@ type SendWR struct {
 	RKey       uint32
 	CompareAdd uint64 // the atomics' compare (CompareSwap) or addend (FetchAdd)
 	Swap       uint64 // CompareSwap's new value
+	// A second scatter/gather entry, sent after Addr/Len when TailLen > 0
+	// (a send's trailer kept apart from a zero-copy payload).
+	TailAddr          uint64
+	TailLen, TailLKey uint32
 }
 
 // RecvWR is one receive work request with a single scatter/gather entry.
@@ -266,9 +286,18 @@ type QP struct {
 	MaxInline                             int
 }
 
-// CreateQP creates a queue pair in RESET whose work requests take one
-// scatter/gather entry.
-func (p *PD) CreateQP(cfg QPConfig) (*QP, error) { return p.createQP(cfg, 1) }
+// CreateQP creates a queue pair in RESET whose work requests take up to two
+// scatter/gather entries (a payload and its tail: SendWR).
+func (p *PD) CreateQP(cfg QPConfig) (*QP, error) { return p.createQP(cfg, 2) }
+
+// The Go and C forms of a send work request share one layout (post
+// passes a []SendWR to C as gosendwr).
+var (
+	_ [unsafe.Sizeof(SendWR{}) - C.sizeof_gosendwr]struct{}
+	_ [C.sizeof_gosendwr - unsafe.Sizeof(SendWR{})]struct{}
+	_ [unsafe.Offsetof(SendWR{}.TailAddr) - C.offsetof_gosendwr_tail_addr]struct{}
+	_ [C.offsetof_gosendwr_tail_addr - unsafe.Offsetof(SendWR{}.TailAddr)]struct{}
+)
 
 // createQP creates a queue pair of cfg in RESET whose work requests take up
 // to sge scatter/gather entries.

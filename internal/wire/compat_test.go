@@ -178,8 +178,10 @@ func TestFeaturesString(t *testing.T) {
 		0:                "none",
 		1:                "control-reserve",
 		1 << 1:           "atomics",
-		1 << 2:           "bit 2",
-		1<<31 | 1<<4 | 1: "control-reserve|bit 4|bit 31",
+		1 << 2:           "trailers",
+		1 << 3:           "trailers-required",
+		1 << 4:           "bit 4",
+		1<<31 | 1<<5 | 1: "control-reserve|bit 5|bit 31",
 	} {
 		if got := f.String(); got != want {
 			t.Errorf("Features(%#x).String() = %q, want %q", uint32(f), got, want)

@@ -1,7 +1,7 @@
 // Package wire defines the bytes verbline peers exchange: the handshake carried
 // in rdma_cm private data while connecting, the 32-bit immediate data on
 // every SEND_WITH_IMM, and the descriptors sent in message payloads.
-// docs/protocol.md at the module root is the complete protocol (version 1.2,
+// docs/protocol.md at the module root is the complete protocol (version 1.4,
 // Version and Minor) as a peer implementer needs it; this comment is the
 // summary.
 //
@@ -11,6 +11,8 @@
 //	accept (ESTABLISHED) private data (<= 196)  listener's Hello
 //	reject private data (<= 148 bytes)          listener's Reject
 //	immediate data of each message              Kind | credits (EncodeImm)
+//	or its last 4 bytes (connections with trailers, for devices without
+//	immediate data: ConnTrailers)
 //
 // Layouts (all integers big-endian):
 //
@@ -18,7 +20,7 @@
 //	  off  size  field
 //	    0     4  magic "GRDM" (0x4752444d)
 //	    4     1  major version (1): must match, else the handshake fails
-//	    5     1  minor version (2; 1 from a 1.1 peer, 0 from a 1.0 peer):
+//	    5     1  minor version (4; less from an older 1.x peer):
 //	             informational
 //	    6     2  credits: receive buffers posted for the peer (>= 1)
 //	    8     4  receive buffer size (64 .. 1<<30)
@@ -46,6 +48,10 @@
 //	Rendezvous (payload of a KindRendezvous message, RendezvousLen = 20)
 //	    0     4  id (the sender's, echoed in KindRendezvousDone)
 //	    4    16  Region: where the receiver RDMA-READs the message from
+//
+//	Notify (payload of a KindNotify message, NotifyLen = 8; trailers only)
+//	    0     4  the immediate value of the write it follows
+//	    4     4  that write's length in bytes
 //
 // Versions: the major version (Version) must be equal on both sides; the
 // minor version (Minor) and the feature bits (Features) never make a
@@ -80,7 +86,7 @@ const Version uint8 = 1
 // Minor is the minor version this side speaks. Minor versions of one major
 // version interoperate: a later minor only adds what is negotiated through
 // feature bits. 1.0 peers send 0 in its byte.
-const Minor uint8 = 3
+const Minor uint8 = 4
 
 // Features is a set of optional protocol features, one bit each, announced
 // in the Hello. A feature is used on a connection only if both sides
@@ -103,18 +109,55 @@ const FeatureControlReserve Features = 1 << 0
 // would end the connection).
 const FeatureAtomics Features = 1 << 1
 
+// FeatureTrailers (bit 2, protocol 1.4): the sender can carry each
+// send's header as a 4-byte trailer at the end of its payload (plain
+// SEND, no immediate data) and take the peer's that way, and can replace
+// a write with immediate by a write followed by a KindNotify message.
+// Every 1.4 side announces it; a connection uses trailers only where a
+// side requires them (FeatureTrailersRequired).
+const FeatureTrailers Features = 1 << 2
+
+// FeatureTrailersRequired (bit 3, protocol 1.4): the sender's device
+// cannot send or receive immediate data (iWARP), so the connection must
+// use trailers (ConnTrailers). Unlike the other bits it is not
+// negotiated by intersection: one side's announcement decides.
+const FeatureTrailersRequired Features = 1 << 3
+
 // Supported is the set of features this implementation knows and may
-// announce (FeatureAtomics only where the device has atomics).
+// announce (FeatureAtomics only where the device has atomics,
+// FeatureTrailersRequired only where it lacks immediate data).
 // docs/protocol.md keeps the registry of feature bits.
-const Supported Features = FeatureControlReserve | FeatureAtomics
+const Supported Features = FeatureControlReserve | FeatureAtomics | FeatureTrailers | FeatureTrailersRequired
 
 // featureNames names the defined feature bits, for String.
-var featureNames = map[Features]string{FeatureControlReserve: "control-reserve", FeatureAtomics: "atomics"}
+var featureNames = map[Features]string{FeatureControlReserve: "control-reserve", FeatureAtomics: "atomics",
+	FeatureTrailers: "trailers", FeatureTrailersRequired: "trailers-required"}
 
 // Negotiate returns the features a connection uses: those both sides
 // announced. Both sides compute it from the two Hellos, so they agree
 // without another message.
 func Negotiate(ours, theirs Features) Features { return ours & theirs }
+
+// ErrNoTrailers: one side requires trailers (its device has no immediate
+// data) and the other does not announce them (a release older than
+// protocol 1.4): the two cannot talk.
+// Its text fits a Reject's reason (a test checks).
+var ErrNoTrailers = errors.New("one side's device has no immediate data and the other side does not speak " +
+	"wire protocol 1.4's trailers: upgrade it")
+
+// ConnTrailers decides from both sides' announcements (not the
+// intersection: FeatureTrailersRequired is one side's need) whether a
+// connection carries its headers in trailers: yes if either side requires
+// them, and then both must announce FeatureTrailers, else ErrNoTrailers.
+func ConnTrailers(ours, theirs Features) (bool, error) {
+	if (ours|theirs)&FeatureTrailersRequired == 0 {
+		return false, nil
+	}
+	if ours&theirs&FeatureTrailers == 0 {
+		return false, ErrNoTrailers
+	}
+	return true, nil
+}
 
 // String lists the bits of f by name; unknown bits are shown as
 // "bit N", so a newer peer's announcement can be logged.
@@ -300,6 +343,9 @@ const (
 	RejectShutdown   RejectCode = 4 // the listener is closing
 	RejectResources  RejectCode = 5 // could not allocate QP, CQ or buffers
 	RejectPolicy     RejectCode = 6 // the listener's admission hook refused the dialer
+	// RejectIncompatible: the dialer lacks a feature the listener's
+	// device needs (ErrNoTrailers), or the other way round.
+	RejectIncompatible RejectCode = 7
 )
 
 func (c RejectCode) String() string {
@@ -316,6 +362,8 @@ func (c RejectCode) String() string {
 		return "resources"
 	case RejectPolicy:
 		return "policy"
+	case RejectIncompatible:
+		return "incompatible"
 	}
 	return fmt.Sprintf("RejectCode(%d)", uint8(c))
 }
@@ -420,8 +468,14 @@ const (
 	// the buffer. It carries no credits and needs none: the sender keeps a
 	// receive posted for each rendezvous it has outstanding.
 	KindRendezvousDone Kind = 6
+	// KindNotify stands for the peer's write with immediate data on a
+	// connection with trailers: the sender WRITEs, then sends this, whose
+	// payload (a Notify) carries the immediate value and the write's
+	// length. It spends a credit like a message; RC's ordering makes the
+	// write's bytes visible before the notify is received.
+	KindNotify Kind = 7
 
-	maxKind = KindRendezvousDone
+	maxKind = KindNotify
 )
 
 func (k Kind) String() string {
@@ -440,6 +494,8 @@ func (k Kind) String() string {
 		return "rendezvous"
 	case KindRendezvousDone:
 		return "rendezvous-done"
+	case KindNotify:
+		return "notify"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -452,6 +508,25 @@ const MaxImmCredits = 1<<24 - 1
 // are clamped (this is local input, so no panic, but the excess is lost).
 func EncodeImm(k Kind, credits uint32) uint32 {
 	return uint32(k)<<24 | min(credits, MaxImmCredits)
+}
+
+// TrailerLen is the size of a trailer: the immediate data's 32 bits,
+// big-endian, as the last bytes of a send's payload (FeatureTrailers).
+const TrailerLen = 4
+
+// PutTrailer writes the header imm (EncodeImm's) as a trailer into b,
+// which must be TrailerLen bytes long.
+func PutTrailer(b []byte, imm uint32) { binary.BigEndian.PutUint32(b, imm) }
+
+// SplitTrailer separates a received payload from its trailer: the
+// payload's length and the header (for DecodeImm). A payload shorter
+// than a trailer is malformed.
+func SplitTrailer(b []byte) (int, uint32, error) {
+	n := len(b) - TrailerLen
+	if n < 0 {
+		return 0, 0, errorf(ErrMalformed, "message of %d bytes has no room for its %d-byte trailer", len(b), TrailerLen)
+	}
+	return n, binary.BigEndian.Uint32(b[n:]), nil
 }
 
 // DecodeImm unpacks a peer's immediate data.
@@ -492,6 +567,30 @@ func ParseRegion(b []byte) (Region, error) {
 		return Region{}, errorf(ErrMalformed, "region descriptor wraps the address space (addr 0x%x, len %d)", r.Addr, r.Len)
 	}
 	return r, nil
+}
+
+// Notify is the payload of a KindNotify message: the immediate value of
+// the write it stands for and that write's length in bytes.
+type Notify struct {
+	Imm uint32
+	Len uint32
+}
+
+// NotifyLen is the encoded size of a Notify.
+const NotifyLen = 8
+
+// AppendTo appends the encoded notify to b.
+func (n Notify) AppendTo(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, n.Imm)
+	return binary.BigEndian.AppendUint32(b, n.Len)
+}
+
+// ParseNotify decodes a peer's notify; it must be exactly NotifyLen bytes.
+func ParseNotify(b []byte) (Notify, error) {
+	if len(b) != NotifyLen {
+		return Notify{}, errorf(ErrMalformed, "notify of %d bytes, want %d", len(b), NotifyLen)
+	}
+	return Notify{Imm: binary.BigEndian.Uint32(b), Len: binary.BigEndian.Uint32(b[4:])}, nil
 }
 
 // Rendezvous announces a message that moves by RDMA READ: the sender bound

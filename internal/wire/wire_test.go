@@ -72,10 +72,10 @@ func TestParseHelloErrors(t *testing.T) {
 		{"foreign", []byte("HTTP/1.1 200 OK\r\n\r\n garbage garbage"), ErrNotOurs, "not a verbline handshake (magic 0x48545450)"},
 		{"magic only", good[:4], ErrMalformed, "handshake truncated: 4 bytes, need 24"},
 		{"truncated", good[:23], ErrMalformed, "handshake truncated: 23 bytes, need 24"},
-		{"version 2", helloBytes(func(b []byte) { b[4], b[5] = 2, 3 }), ErrVersion, "peer speaks verbline wire protocol 2.3, this side 1.3" + mustMatch},
-		{"version 2 short", helloBytes(func(b []byte) { b[4], b[5] = 2, 0 })[:8], ErrVersion, "peer speaks verbline wire protocol 2.0, this side 1.3" + mustMatch},
-		{"version 2 no minor", helloBytes(func(b []byte) { b[4] = 2 })[:5], ErrVersion, "peer speaks verbline wire protocol 2, this side 1.3" + mustMatch},
-		{"version 0", helloBytes(func(b []byte) { b[4], b[5] = 0, 9 }), ErrVersion, "peer speaks verbline wire protocol 0.9, this side 1.3" + mustMatch},
+		{"version 2", helloBytes(func(b []byte) { b[4], b[5] = 2, 3 }), ErrVersion, "peer speaks verbline wire protocol 2.3, this side 1.4" + mustMatch},
+		{"version 2 short", helloBytes(func(b []byte) { b[4], b[5] = 2, 0 })[:8], ErrVersion, "peer speaks verbline wire protocol 2.0, this side 1.4" + mustMatch},
+		{"version 2 no minor", helloBytes(func(b []byte) { b[4] = 2 })[:5], ErrVersion, "peer speaks verbline wire protocol 2, this side 1.4" + mustMatch},
+		{"version 0", helloBytes(func(b []byte) { b[4], b[5] = 0, 9 }), ErrVersion, "peer speaks verbline wire protocol 0.9, this side 1.4" + mustMatch},
 		{"credits 0", helloBytes(func(b []byte) { b[6], b[7] = 0, 0 }), ErrMalformed, "handshake credits 0: must be at least 1"},
 		{"buf small", helloBytes(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 63) }), ErrMalformed, "handshake receive buffer size 63 out of range [64, 1<<30]"},
 		{"buf zero", helloBytes(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 0) }), ErrMalformed, "handshake receive buffer size 0 out of range [64, 1<<30]"},
@@ -104,7 +104,7 @@ func TestParseHelloErrors(t *testing.T) {
 func TestRejectCodeString(t *testing.T) {
 	for c, want := range map[RejectCode]string{
 		RejectMalformed: "malformed", RejectVersion: "version", RejectOverloaded: "overloaded",
-		RejectShutdown: "shutdown", RejectResources: "resources", 0: "RejectCode(0)", 200: "RejectCode(200)",
+		RejectShutdown: "shutdown", RejectResources: "resources", RejectPolicy: "policy", RejectIncompatible: "incompatible", 0: "RejectCode(0)", 200: "RejectCode(200)",
 	} {
 		if got := c.String(); got != want {
 			t.Errorf("RejectCode(%d).String() = %q, want %q", uint8(c), got, want)
@@ -231,7 +231,7 @@ func TestParseRejectErrors(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for k, want := range map[Kind]string{KindData: "data", KindCredit: "credit", KindFIN: "fin", KindKeepalive: "keepalive", KindMessage: "message", KindRendezvous: "rendezvous", KindRendezvousDone: "rendezvous-done", 7: "Kind(7)", 255: "Kind(255)"} {
+	for k, want := range map[Kind]string{KindData: "data", KindCredit: "credit", KindFIN: "fin", KindKeepalive: "keepalive", KindMessage: "message", KindRendezvous: "rendezvous", KindRendezvousDone: "rendezvous-done", KindNotify: "notify", 8: "Kind(8)", 255: "Kind(255)"} {
 		if got := k.String(); got != want {
 			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
 		}
@@ -267,8 +267,8 @@ func TestImm(t *testing.T) {
 
 func TestDecodeImmUnknownKind(t *testing.T) {
 	for imm, want := range map[uint32]string{
-		0x07000000: "unknown message kind 7",
-		0x07000001: "unknown message kind 7",
+		0x08000000: "unknown message kind 8",
+		0x08000001: "unknown message kind 8",
 		0xff123456: "unknown message kind 255",
 	} {
 		k, c, err := DecodeImm(imm)
@@ -443,6 +443,120 @@ func FuzzParseRendezvous(f *testing.F) {
 		again, err := ParseRendezvous(r.AppendTo(nil))
 		if err != nil || again != r {
 			t.Fatalf("re-encoded %+v parsed as %+v, %v", r, again, err)
+		}
+	})
+}
+
+// A trailer is the immediate data's 32 bits at the end of the payload:
+// SplitTrailer gives back the payload's length and the header.
+func TestTrailer(t *testing.T) {
+	msg := append([]byte("payload"), make([]byte, TrailerLen)...)
+	PutTrailer(msg[len(msg)-TrailerLen:], EncodeImm(KindMessage, 9))
+	if want := []byte{'p', 'a', 'y', 'l', 'o', 'a', 'd', 0x04, 0, 0, 9}; !bytes.Equal(msg, want) {
+		t.Fatalf("encoded % x, want % x", msg, want)
+	}
+	n, imm, err := SplitTrailer(msg)
+	if err != nil || n != 7 || imm != EncodeImm(KindMessage, 9) {
+		t.Fatalf("SplitTrailer = %d, %#x, %v; want 7, %#x", n, imm, err, EncodeImm(KindMessage, 9))
+	}
+	if n, imm, err := SplitTrailer(msg[len(msg)-TrailerLen:]); err != nil || n != 0 || imm != EncodeImm(KindMessage, 9) {
+		t.Fatalf("a bare trailer: %d, %#x, %v", n, imm, err)
+	}
+	for _, short := range [][]byte{nil, {1}, {1, 2, 3}} {
+		if _, _, err := SplitTrailer(short); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("SplitTrailer(% x) error %v, want ErrMalformed", short, err)
+		}
+	}
+}
+
+// ConnTrailers: a side's need decides, and both must speak trailers.
+func TestConnTrailers(t *testing.T) {
+	if n := len(ErrNoTrailers.Error()); n > MaxRejectReason {
+		t.Fatalf("ErrNoTrailers is %d bytes, more than a reject's reason holds (%d)", n, MaxRejectReason)
+	}
+	const (
+		none     = Features(0)
+		can      = FeatureControlReserve | FeatureTrailers
+		needs    = can | FeatureTrailersRequired
+		needsOld = FeatureTrailersRequired // a side that needs them but does not announce them: malformed, refused
+	)
+	for _, tc := range []struct {
+		ours, theirs Features
+		want         bool
+		err          error
+	}{
+		{none, none, false, nil},
+		{can, can, false, nil},  // both have immediates
+		{can, none, false, nil}, // an older peer, no need
+		{needs, can, true, nil}, // this side needs them
+		{can, needs, true, nil}, // the peer does
+		{needs, needs, true, nil},
+		{needs, none, false, ErrNoTrailers}, // an older peer cannot serve this side's device
+		{none, needs, false, ErrNoTrailers},
+		{can, needsOld, false, ErrNoTrailers},
+	} {
+		got, err := ConnTrailers(tc.ours, tc.theirs)
+		if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+			t.Errorf("ConnTrailers(%v, %v) = %v, %v; want %v, %v", tc.ours, tc.theirs, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestNotifyRoundTrip(t *testing.T) {
+	n := Notify{Imm: 0xdeadbeef, Len: 1 << 20}
+	b := n.AppendTo(nil)
+	if want := []byte{0xde, 0xad, 0xbe, 0xef, 0, 0x10, 0, 0}; !bytes.Equal(b, want) {
+		t.Fatalf("encoded % x, want % x", b, want)
+	}
+	got, err := ParseNotify(b)
+	if err != nil || got != n {
+		t.Fatalf("ParseNotify = %+v, %v; want %+v", got, err, n)
+	}
+	for _, bad := range [][]byte{nil, b[:7], append(b, 0)} {
+		if _, err := ParseNotify(bad); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("ParseNotify(% x) error %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+// FuzzSplitTrailer and FuzzParseNotify take a peer's bytes: never a
+// panic, and what parses encodes back to the same bytes.
+func FuzzSplitTrailer(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 2, 3})
+	f.Add([]byte{'x', 4, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, imm, err := SplitTrailer(b)
+		if err != nil {
+			if len(b) >= TrailerLen || !errors.Is(err, ErrMalformed) {
+				t.Fatalf("SplitTrailer(% x): %v", b, err)
+			}
+			return
+		}
+		if n != len(b)-TrailerLen {
+			t.Fatalf("payload %d of %d bytes", n, len(b))
+		}
+		tr := make([]byte, TrailerLen)
+		PutTrailer(tr, imm)
+		if !bytes.Equal(tr, b[n:]) {
+			t.Fatalf("trailer % x read as %#x", b[n:], imm)
+		}
+	})
+}
+
+func FuzzParseNotify(f *testing.F) {
+	f.Add(Notify{Imm: 7, Len: 64}.AppendTo(nil))
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := ParseNotify(b)
+		if err != nil {
+			if len(b) == NotifyLen || !errors.Is(err, ErrMalformed) {
+				t.Fatalf("ParseNotify(% x): %v", b, err)
+			}
+			return
+		}
+		if !bytes.Equal(n.AppendTo(nil), b) {
+			t.Fatalf("% x parsed as %+v, which encodes differently", b, n)
 		}
 	})
 }
