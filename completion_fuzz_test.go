@@ -5,6 +5,7 @@ package rdma
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/verbline/rdma/buffer"
@@ -190,4 +191,23 @@ func FuzzRecvCompletion(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestClassifyNotify: a notify (kind 7) is a write's notification on a
+// connection with trailers, and a protocol error on one without; after
+// the end of messages it is taken back like any message.
+func TestClassifyNotify(t *testing.T) {
+	imm := wire.EncodeImm(wire.KindNotify, 3)
+	v := rxView{trailers: true, room: 4096 - wire.TrailerLen}
+	if kind, credits, act, err := classifyRecv(true, imm, wire.NotifyLen, v); err != nil || act != rxNotify || kind != wire.KindNotify || credits != 3 {
+		t.Fatalf("with trailers: %v %d %v %v, want a notify returning 3 credits", kind, credits, act, err)
+	}
+	v.msgsClosed = true
+	if _, _, act, err := classifyRecv(true, imm, wire.NotifyLen, v); err != nil || act != rxRepost {
+		t.Fatalf("with trailers, messages ended: %v %v, want it taken back", act, err)
+	}
+	_, _, act, err := classifyRecv(true, imm, wire.NotifyLen, rxView{room: 4096})
+	if act != rxFailed || !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "notify on a connection without trailers") {
+		t.Fatalf("without trailers: %v %v, want ErrProtocol naming it", act, err)
+	}
 }

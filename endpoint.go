@@ -33,9 +33,16 @@ type endpoint struct {
 	recv    []buffer.Buf // receive buffers so far (grown up to maxRecv)
 	send    []buffer.Buf // send buffers so far (grown up to maxSend)
 	rvDesc  buffer.Buf   // rendezvous announcements: RendezvousLen bytes per message send slot
-	// trailers: a slot per send-queue position for a send's trailer (and a
-	// notify's payload), on connections with trailers only (trailer.go).
-	trailers buffer.Buf
+	// needTrailers: this side requires trailers (its device has no
+	// immediate data); rvDesc then has room for the trailer ring after the
+	// descriptors. trailers is the buffer holding the ring, a slot per
+	// send-queue position, from trailerOff, on connections with trailers
+	// only (trailer.go): rvDesc, or where only the peer required them a
+	// buffer of its own (ownTrailers).
+	needTrailers bool
+	trailers     buffer.Buf
+	trailerOff   int
+	ownTrailers  bool
 
 	bufSize          int
 	maxRecv, maxSend int // the rings' largest sizes
@@ -128,6 +135,7 @@ func newEndpoint(id *rdmacm.ID, cfg *Config, h poller.Handler) (_ *endpoint, err
 	if e.dev, err = acquireDevice(ctx, cfg); err != nil {
 		return nil, err
 	}
+	e.needTrailers = !e.dev.Caps.Immediates || forceTrailers.Load()
 	if err = e.dev.Usable(id.PortNum()); err != nil {
 		return nil, err // fail fast: the port is down, or the device failed
 	}
@@ -168,7 +176,7 @@ func (e *endpoint) takeQP(h poller.Handler, st *cmsetup.Steps) error {
 	e.poller, e.token = p, uint64(tok)<<poller.TokenShift
 	st.Step("attach poller")
 	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
-		SendWR: shape.SendWR, RecvWR: shape.RecvWR, InlineData: shape.Inline}
+		SendWR: shape.SendWR, RecvWR: shape.RecvWR, InlineData: shape.Inline, IWARP: e.dev.Caps.CMConnectsQP}
 	if e.qp, qpc, err = device.CreateQP(e.dev.PD.CreateQP, qpc); err != nil {
 		return err
 	}
@@ -196,9 +204,19 @@ func (e *endpoint) allocRings(cfg *Config) error {
 		}
 		e.send = append(e.send, b)
 	}
+	n := e.maxMsgs * wire.RendezvousLen
+	if e.needTrailers {
+		n = e.trailerRingOff() + e.sqDepth*trailerSlot // one buffer, one size class: no arena of its own
+	}
 	var err error
-	e.rvDesc, err = e.dev.Pool.Get(e.maxMsgs * wire.RendezvousLen)
+	e.rvDesc, err = e.dev.Pool.Get(n)
 	return err
+}
+
+// trailerRingOff is where the trailer ring starts in rvDesc when it
+// shares it: after the descriptors, aligned to a slot.
+func (e *endpoint) trailerRingOff() int {
+	return (e.maxMsgs*wire.RendezvousLen + trailerSlot - 1) / trailerSlot * trailerSlot
 }
 
 // setTransport takes the transport settings of cfg (checked, with
@@ -316,6 +334,10 @@ func (e *endpoint) qpAccess() verbs.AccessFlags {
 	return a
 }
 
+// connectedByCM records that the CM took the QP to RTS, where it connects
+// the QP itself (Caps.CMConnectsQP: iWARP), at ESTABLISHED.
+func (e *endpoint) connectedByCM() { e.qp.ConnectedByCM() }
+
 // toError moves the QP to ERR so every outstanding work request flushes.
 func (e *endpoint) toError() error {
 	if s := e.qp.State(); s == verbs.StateErr || s == verbs.StateReset {
@@ -365,7 +387,7 @@ func (e *endpoint) close() error {
 	if e.rvDesc.Valid() {
 		e.rvDesc.Release()
 	}
-	if e.trailers.Valid() {
+	if e.ownTrailers && e.trailers.Valid() {
 		e.trailers.Release()
 	}
 	if e.dev != nil {

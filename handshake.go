@@ -157,11 +157,20 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	resp := uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPRdAtom)))
 	init := uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPInitRdAtom)))
 	ours := hello(c)
+	// Where the CM connects the QP itself (iWARP), rdma_connect makes a
+	// TCP connection (Blocking), and the listener's answer comes with
+	// ESTABLISHED: the QP is in RTS already, and a bad answer can only be
+	// refused by disconnecting (undo).
+	cmQP := c.dev.Caps.CMConnectsQP
 	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: resp, InitiatorDepth: init,
-		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
+		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num, Blocking: cmQP}); err != nil {
 		return nil, err
 	}
-	ev, err := cmsetup.Expect(ctx, ch, rdmacm.EventConnectResponse, "waiting for the listener")
+	answer := rdmacm.EventConnectResponse
+	if cmQP {
+		answer = rdmacm.EventEstablished
+	}
+	ev, err := cmsetup.Expect(ctx, ch, answer, "waiting for the listener")
 	if err != nil {
 		return nil, err
 	}
@@ -169,22 +178,30 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	peer, err := wire.ParseHello(ev.PrivateData)
 	if err != nil {
 		code, reason := refusal(err, "listener", "dialer")
-		cmsetup.SendReject(id, code, reason)
+		if !cmQP {
+			cmsetup.SendReject(id, code, reason)
+		}
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
 	if peer, err = agreed(ours, peer); err != nil {
-		cmsetup.SendReject(id, wire.RejectIncompatible, err.Error())
+		if !cmQP {
+			cmsetup.SendReject(id, wire.RejectIncompatible, err.Error())
+		}
 		return nil, fmt.Errorf("%w: listener's answer: %w", ErrHandshake, err)
 	}
 	if err = c.setPeer(peer); err != nil {
 		return nil, err
 	}
-	if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
-		return nil, err
-	}
-	st.Step("QP RTR+RTS")
-	if err = id.Establish(); err != nil {
-		return nil, err
+	if cmQP {
+		ep.connectedByCM()
+	} else {
+		if err = ep.moveQP(id, verbs.StateRTR, verbs.StateRTS); err != nil {
+			return nil, err
+		}
+		st.Step("QP RTR+RTS")
+		if err = id.Establish(); err != nil {
+			return nil, err
+		}
 	}
 	st.Step("establish")
 	ep.established = true // its QP may go to the pool when it closes
@@ -198,6 +215,8 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 // before confirmEstablished sends its empty message: far below the CM's
 // REP retransmission (about 4 s) and HandshakeTimeout, and long enough
 // that most dialers' own first message goes out first (no cost to them).
+// Where the connecting side must send first (iWARP) it goes at once: the
+// listener's accept waits for it.
 const confirmAfter = 50 * time.Millisecond
 
 // confirmEstablished makes sure the listener receives something on the QP
@@ -213,6 +232,12 @@ const confirmAfter = 50 * time.Millisecond
 // to the CM's retries.
 func (c *engine) confirmEstablished() {
 	if c.features&wire.FeatureControlReserve == 0 {
+		return
+	}
+	if c.dev.Caps.ActiveSendsFirst {
+		c.mu.Lock()
+		c.sendCtlLocked(wire.KindKeepalive)
+		c.mu.Unlock()
 		return
 	}
 	sent := c.ep.qp.PostCounts().SendWRs // a pooled QP's counts run on
@@ -285,7 +310,14 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	// (rdma_cm would give it the dialer's), and the accept tells the dialer.
 	ep.destRdAtomic = uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPRdAtom), int(ev.ResponderResources)))
 	ep.rdAtomic = uint8(min(cfg.ReadDepth, int(ep.lim.MaxQPInitRdAtom), int(ev.InitiatorDepth)))
-	if err = ep.moveQP(child, verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
+	// Where the CM connects the QP itself (iWARP), INIT is all this side
+	// does: rdma_accept takes it to RTS.
+	cmQP := c.dev.Caps.CMConnectsQP
+	states := []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS}
+	if cmQP {
+		states = states[:1]
+	}
+	if err = ep.moveQP(child, states...); err != nil {
 		return nil, fail(err)
 	}
 	st.Step("QP INIT+RTR+RTS")
@@ -299,11 +331,24 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	}
 	st.Step("post receives")
 	if err = child.Accept(rdmacm.ConnParam{PrivateData: ours, ResponderResources: ep.destRdAtomic, InitiatorDepth: ep.rdAtomic,
-		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num}); err != nil {
+		RNRRetryCount: rnrRetry, QPNum: ep.qp.Num, Blocking: cmQP}); err != nil {
 		return nil, err
 	}
 	if err = awaitEstablished(ctx, ch, child, heard); err != nil {
 		return nil, err
+	}
+	if cmQP {
+		ep.connectedByCM()
+	}
+	if c.dev.Caps.ActiveSendsFirst && c.features&wire.FeatureControlReserve != 0 {
+		// This side may send only once the dialer has (iWARP's MPA): the
+		// dialer's first message comes at once (confirmEstablished).
+		select {
+		case <-heard.Done():
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: the dialer sent nothing after establishing, and on this device (%s) "+
+				"the connecting side must send first: %w", ErrHandshake, c.dev.Caps.Transport, context.Cause(ctx))
+		}
 	}
 	c.mu.Lock()
 	c.firstHeard = nil

@@ -48,9 +48,18 @@ func peerHello(mod func(*wire.Hello), ext []byte) helloFunc {
 }
 
 // The peers' announcements. A 1.0 peer wrote zeros where 1.1 has the
-// minor version and the features.
+// minor version and the features. Where this side needs trailers (a
+// device without immediate data, or RDMA_TEST_TRAILERS) no older peer can
+// talk to it (TestTrailersRefusedWithoutThem): there older keeps the
+// trailer bits, so the tests still check every other feature's fallback.
 var (
-	older = peerHello(func(h *wire.Hello) { h.Minor, h.Features = 0, 0 }, nil)
+	older = peerHello(func(h *wire.Hello) {
+		keep := h.Features & wire.FeatureTrailersRequired
+		if keep != 0 {
+			keep |= wire.FeatureTrailers
+		}
+		h.Minor, h.Features = 0, keep
+	}, nil)
 	// newer announces every feature bit, a keepalive interval and
 	// extension bytes: from a connect request, as many as fit its 56 bytes.
 	newer = func(extLen int) helloFunc {

@@ -60,7 +60,10 @@ func openHalf(t *testing.T, addr string) *halfOpen {
 	step(id.ResolveAddr(netip.AddrPort{}, netip.MustParseAddrPort(addr), 2000), rdmacm.EventAddrResolved)
 	step(id.ResolveRoute(2000), rdmacm.EventRouteResolved)
 	fakeQPN++
-	hello := wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 64, RecvBufSize: 32 << 10, MaxMsgSize: 32 << 10}
+	// It speaks trailers, so a listener that needs them (iWARP,
+	// RDMA_TEST_TRAILERS) holds it as long as any other.
+	hello := wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 64, RecvBufSize: 32 << 10, MaxMsgSize: 32 << 10,
+		Features: wire.FeatureTrailers}
 	if err := id.Connect(rdmacm.ConnParam{PrivateData: hello.AppendTo(nil), RetryCount: 7, RNRRetryCount: 6,
 		QPNum: fakeQPN}); err != nil {
 		h.close()

@@ -57,7 +57,7 @@ func (e *endpoint) takePooledQP(s device.QPShape, h poller.Handler) bool {
 // memory window failed to deallocate is never parked. The device
 // reference passes to the parked QP (retire drops it).
 func (e *endpoint) parkQP() bool {
-	if !e.established || e.dev == nil || e.dev.QPMax.Load() <= 0 || e.noReuse.Load() {
+	if !e.established || e.dev == nil || e.dev.QPMax.Load() <= 0 || e.noReuse.Load() || e.dev.Caps.CMConnectsQP {
 		return false
 	}
 	if err := e.qp.Reset(e.lim); err != nil {

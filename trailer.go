@@ -36,19 +36,26 @@ const trailerAt = wire.NotifyLen
 var forceTrailers atomic.Bool
 
 // needsTrailers reports whether this side must ask for trailers: its
-// device cannot send or receive immediate data.
-func (c *engine) needsTrailers() bool { return !c.dev.Caps.Immediates || forceTrailers.Load() }
+// device cannot send or receive immediate data (decided once, in
+// newEndpoint).
+func (c *engine) needsTrailers() bool { return c.ep.needTrailers }
 
 // startTrailers readies a connection that agreed on trailers: the trailer
-// ring, one slot per send-queue position, and the payload room of sends
-// and inline requests, each a trailer smaller. Called from setPeer, before
-// anything is posted.
+// ring, one slot per send-queue position (in the rendezvous descriptors'
+// buffer where this side needed trailers, else a buffer of its own), and
+// the payload room of sends and inline requests, each a trailer smaller.
+// Called from setPeer, before anything is posted.
 func (c *engine) startTrailers() error {
-	ring, err := c.dev.Pool.Get(len(c.sendq.entries) * trailerSlot)
-	if err != nil {
-		return err
+	e := c.ep
+	if e.needTrailers {
+		e.trailers, e.trailerOff = e.rvDesc, e.trailerRingOff()
+	} else {
+		ring, err := c.dev.Pool.Get(len(c.sendq.entries) * trailerSlot)
+		if err != nil {
+			return err
+		}
+		e.trailers, e.trailerOff, e.ownTrailers = ring, 0, true
 	}
-	c.ep.trailers = ring
 	c.trailers = true
 	c.peerBufSize -= wire.TrailerLen
 	c.inlineMax = max(c.inlineMax-wire.TrailerLen, 0)
@@ -63,7 +70,7 @@ func (c *engine) trailerLocked(wr *verbs.SendWR, pos int) {
 		return
 	}
 	ring := c.ep.trailers
-	at := pos*trailerSlot + trailerAt
+	at := c.ep.trailerOff + pos*trailerSlot + trailerAt
 	wire.PutTrailer(ring.Full()[at:at+wire.TrailerLen], wr.Imm)
 	wr.Opcode, wr.Imm = verbs.OpSend, 0
 	wr.TailAddr, wr.TailLen, wr.TailLKey = ring.Addr()+uint64(at), wire.TrailerLen, ring.LKey()
@@ -80,7 +87,7 @@ func (c *engine) trailerLocked(wr *verbs.SendWR, pos int) {
 // send-queue position pos and points wr at it. Called with c.mu held.
 func (c *engine) notifyPayloadLocked(wr *verbs.SendWR, pos int, n wire.Notify) {
 	ring := c.ep.trailers
-	at := pos * trailerSlot
+	at := c.ep.trailerOff + pos*trailerSlot
 	n.AppendTo(ring.Full()[at:at])
 	wr.Addr, wr.Len, wr.LKey = ring.Addr()+uint64(at), wire.NotifyLen, ring.LKey()
 }

@@ -136,9 +136,10 @@ func checkVerbs(devs []*Device, vdevs []VerbsDevice, verr error) Result {
 
 // checkCaps reports each opened device's capabilities and what the library
 // does without the ones it lacks: a device without immediate data (iWARP)
-// cannot carry this version's wire protocol, which sends every message
-// with one; one without memory windows limits a message to the peer's
-// receive buffer; one without UD queue pairs has no PacketConn.
+// carries each message's header in a trailer, which peers of wire protocol
+// 1.4 and later understand; one without memory windows limits a message
+// to the peer's receive buffer; one without UD queue pairs has no
+// PacketConn.
 func checkCaps(vdevs []VerbsDevice) []Result {
 	var out []Result
 	for _, v := range vdevs {
@@ -157,10 +158,10 @@ func checkCaps(vdevs []VerbsDevice) []Result {
 		if !c.Atomics {
 			lacks = append(lacks, "without atomics the atomic operations fail with errors.ErrUnsupported")
 		}
+		if !c.Immediates {
+			lacks = append(lacks, "without immediate data each message carries its header in a 4-byte trailer, so peers must run wire protocol 1.4 or later")
+		}
 		switch {
-		case !c.Immediates:
-			out = append(out, problem(Fail, name, c.Summary+": this version's wire protocol sends every message with immediate data, which the device lacks",
-				"use an InfiniBand or RoCE device (docs/devices.md lists what each provider has)"))
 		case len(lacks) > 0:
 			r := problem(Warn, name, c.Summary, "nothing to fix on this machine; "+strings.Join(lacks, "; "))
 			out = append(out, r)

@@ -134,13 +134,17 @@ func EventError(ev rdmacm.Event, what string) error {
 	}
 	switch ev.Type {
 	case rdmacm.EventRejected:
-		switch ev.Status {
-		case RejInvalidServiceID:
+		// InfiniBand's CM gives a reject reason (28 for a listener's
+		// reject with private data); iWARP's gives a negative errno: the
+		// TCP connection refused where nobody listens, ECONNRESET for an
+		// MPA reject, which carries the listener's Reject all the same.
+		if ev.Status == RejInvalidServiceID || ev.Status == -int(syscall.ECONNREFUSED) {
 			return syscall.ECONNREFUSED
-		case RejConsumerDefined:
-			if rej, err := wire.ParseReject(ev.PrivateData); err == nil {
-				return fmt.Errorf("%w: listener refused the connection: %s (%s)", errs.ErrHandshake, rej.Reason, rej.Code)
-			}
+		}
+		if rej, err := wire.ParseReject(ev.PrivateData); err == nil {
+			return fmt.Errorf("%w: listener refused the connection: %s (%s)", errs.ErrHandshake, rej.Reason, rej.Code)
+		}
+		if ev.Status == RejConsumerDefined {
 			return fmt.Errorf("%w: peer refused the connection (not a verbline listener?)", errs.ErrHandshake)
 		}
 		return fmt.Errorf("connection rejected (CM reason %d): %w", ev.Status, syscall.ECONNREFUSED)

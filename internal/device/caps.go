@@ -27,9 +27,10 @@ type Caps struct {
 	// path. MemoryWindowType1: windows bound by a verb of their own, valid
 	// for any QP of the protection domain (not used).
 	MemoryWindows, MemoryWindowType1 bool
-	// Immediates: SEND and RDMA WRITE with immediate data. Every message
-	// of the wire protocol carries its kind and credits in the immediate
-	// (docs/PROTOCOL.md); the iWARP protocol has no immediate data.
+	// Immediates: SEND and RDMA WRITE with immediate data, where each
+	// message of the wire protocol carries its kind and credits
+	// (docs/protocol.md). The iWARP protocol has none: there connections
+	// carry them in trailers (protocol 1.4, the root's trailer.go).
 	Immediates bool
 	// Atomics: RDMA compare-and-swap and fetch-and-add, and against what
 	// they are atomic (none on iWARP).
@@ -51,6 +52,12 @@ type Caps struct {
 	// ActiveSendsFirst: the connecting side must send the first message
 	// of a connection (iWARP's MPA; rdma_connect(3)).
 	ActiveSendsFirst bool
+	// CMConnectsQP: the CM moves the QP from INIT to RTS itself, at
+	// rdma_connect and rdma_accept (iWARP's iw_cm), and the connecting
+	// side learns the answer from ESTABLISHED, without CONNECT_RESPONSE
+	// and rdma_establish. Such a QP stays tied to its connection's stream:
+	// it is not pooled for another connection.
+	CMConnectsQP bool
 	// ReadSinkRemoteWrite: the memory an RDMA READ lands in must be
 	// registered with remote write access (iWARP: the responder's data
 	// arrives as tagged writes into the sink).
@@ -88,6 +95,7 @@ func CapsOf(a *verbs.DeviceAttr) Caps {
 	if iwarp {
 		c.PrivateDataConnect, c.PrivateDataAccept = iwarpPrivateData, iwarpPrivateData
 		c.ActiveSendsFirst = true
+		c.CMConnectsQP = true
 		c.ReadSinkRemoteWrite = true
 		c.Atomics = verbs.AtomicNone // iWARP has no atomic operations, whatever a driver reports
 	}
@@ -116,21 +124,13 @@ func (c Caps) String() string {
 	if c.ActiveSendsFirst {
 		w = append(w, "the connecting side sends first")
 	}
+	if c.CMConnectsQP {
+		w = append(w, "the CM connects the QP")
+	}
 	if c.ReadSinkRemoteWrite {
 		w = append(w, "READ sinks need remote write")
 	}
 	return strings.Join(w, "; ")
-}
-
-// ConnError says why an RC connection cannot run on a device with c
-// (named name), or returns nil: this version's wire protocol sends every
-// message with immediate data.
-func (c Caps) ConnError(name string) error {
-	if c.Immediates {
-		return nil
-	}
-	return fmt.Errorf("%w: device %s (%s) has no immediate data, and this version's wire protocol sends every message "+
-		"with it: use an InfiniBand or RoCE device (docs/devices.md)", errors.ErrUnsupported, name, c.Transport)
 }
 
 // DatagramError says why a PacketConn cannot run on a device with c (named

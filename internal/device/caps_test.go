@@ -19,7 +19,7 @@ func TestCapsOfRoCE(t *testing.T) {
 	if !c.MemoryWindows || !c.Immediates || !c.UD || !c.SRQ || c.Atomics != verbs.AtomicHCA {
 		t.Fatalf("RoCE with windows and atomics: %+v", c)
 	}
-	if c.ActiveSendsFirst || c.ReadSinkRemoteWrite {
+	if c.ActiveSendsFirst || c.CMConnectsQP || c.ReadSinkRemoteWrite {
 		t.Fatalf("iWARP's rules on a RoCE device: %+v", c)
 	}
 	if c.PrivateDataConnect != 56 || c.PrivateDataAccept != 196 {
@@ -37,7 +37,7 @@ func TestCapsOfIWARP(t *testing.T) {
 	if c.MemoryWindows || c.Immediates || c.UD || c.Atomics != verbs.AtomicNone {
 		t.Fatalf("iWARP: %+v", c)
 	}
-	if !c.ActiveSendsFirst || !c.ReadSinkRemoteWrite || c.MaxReadSGE != 1 {
+	if !c.ActiveSendsFirst || !c.CMConnectsQP || !c.ReadSinkRemoteWrite || c.MaxReadSGE != 1 {
 		t.Fatalf("iWARP's rules missing: %+v", c)
 	}
 	if c.PrivateDataConnect != 252 || c.PrivateDataAccept != 252 {

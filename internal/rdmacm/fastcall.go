@@ -72,9 +72,10 @@ import (
 // are not on a connection's set-up path. rdma_migrate_id waits for the
 // acknowledgement of events already read from the id's old channel; the
 // channel's reader acknowledges each event in the C call that read it,
-// so that wait never needs a P. On iWARP, which this library does not
-// target, rdma_connect can block in a TCP connect (siw): VERBLINE_CGO=safe
-// (verbs.FastCalls) turns the fast form off.
+// so that wait never needs a P. On iWARP rdma_connect makes a TCP
+// connection and rdma_accept sends on it (siw): the caller marks those
+// calls Blocking (ConnParam), and they go through cgo. VERBLINE_CGO=safe
+// (verbs.FastCalls) turns the fast form off everywhere.
 
 // asmcgocall runs fn(arg) on the system stack (see verbs/fastcall.go).
 //

@@ -602,6 +602,10 @@ type ConnParam struct {
 	RetryCount         uint8
 	RNRRetryCount      uint8
 	QPNum              uint32
+	// Blocking: the call may wait on the network (on iWARP, rdma_connect
+	// makes the TCP connection and rdma_accept sends the MPA reply): it
+	// goes through cgo, never the fast form (fastcall.go).
+	Blocking bool
 }
 
 func (i *ID) connParam(accept bool, p ConnParam) error {
@@ -618,7 +622,7 @@ func (i *ID) connParam(accept bool, p ConnParam) error {
 	if accept {
 		op = "rdma_accept"
 	}
-	if fast() {
+	if fast() && !p.Blocking {
 		cp := C.struct_rdma_conn_param{
 			private_data: priv, private_data_len: C.uint8_t(len(p.PrivateData)),
 			responder_resources: C.uint8_t(p.ResponderResources), initiator_depth: C.uint8_t(p.InitiatorDepth),

@@ -268,6 +268,11 @@ type QPConfig struct {
 	SendWR     int
 	RecvWR     int
 	InlineData int
+	// IWARP: the QP is on an iWARP device. The iWARP CM moves it from INIT
+	// to RTS itself (at rdma_connect and rdma_accept), and INIT takes only
+	// its access flags (a P_Key index and a port mean nothing there), so
+	// its state guard follows those rules (StateGuard, ConnectedByCM).
+	IWARP bool
 }
 
 // QP is a queue pair. It keeps its PD and CQs alive. Every state change goes
@@ -309,7 +314,7 @@ func (p *PD) createQP(cfg QPConfig, sge int) (*QP, error) {
 		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %s send_wr=%d recv_wr=%d inline=%d", cfg.Type, cfg.SendWR, cfg.RecvWR, cfg.InlineData), err, 0)
 	}
 	q := &QP{qp: qp, pd: p, cfg: cfg, Num: uint32(qp.qp_num), MaxInline: int(maxInline)}
-	q.guard = NewStateGuard(q.Num, cfg.Type)
+	q.guard = newGuard(q.Num, cfg)
 	return q, nil
 }
 
@@ -363,6 +368,11 @@ func (q *QP) Query() (QPState, error) {
 	}
 	return QPState(a.qp_state), nil
 }
+
+// ConnectedByCM records that the CM moved the QP to RTS itself (an iWARP
+// QP at ESTABLISHED: QPConfig.IWARP). The device cannot be asked: siw's
+// ibv_query_qp reports no state.
+func (q *QP) ConnectedByCM() { q.guard.Force(StateRTS) }
 
 // QPCap is a QP's capacities as ibv_query_qp reports them (struct ibv_qp_cap).
 type QPCap struct {
@@ -740,7 +750,7 @@ func (q *QP) Handoff() (*QP, error) {
 		return nil, fmt.Errorf("QP 0x%x: handing off a QP in %s (only a QP in RESET can change owner)", q.Num, s)
 	}
 	n := &QP{qp: q.qp, pd: q.pd, cfg: q.cfg, Num: q.Num, MaxInline: q.MaxInline}
-	n.guard = NewStateGuard(n.Num, n.cfg.Type)
+	n.guard = newGuard(n.Num, n.cfg)
 	q.qp = nil
 	return n, nil
 }

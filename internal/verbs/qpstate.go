@@ -724,12 +724,45 @@ type StateGuard struct {
 	mu    sync.Mutex
 	qpn   uint32
 	typ   QPType
+	iwarp bool // INIT takes only access flags (QPConfig.IWARP)
 	state QPState
 }
 
 // NewStateGuard returns a guard for a freshly created QP, in StateReset.
 func NewStateGuard(qpn uint32, typ QPType) *StateGuard {
 	return &StateGuard{qpn: qpn, typ: typ, state: StateReset}
+}
+
+// newGuard is the guard for a QP created with cfg.
+func newGuard(qpn uint32, cfg QPConfig) *StateGuard {
+	g := NewStateGuard(qpn, cfg.Type)
+	g.iwarp = cfg.IWARP && cfg.Type == QPTypeRC
+	return g
+}
+
+// checkIWARPInit validates a move of an iWARP RC QP into INIT (from RESET
+// or INIT): the access flags, which a state change requires, and nothing
+// else (rdma_init_qp_attr gives an iWARP id only those; the device has no
+// P_Keys and the CM ties the QP to its port).
+func checkIWARPInit(qpn uint32, cur QPState, attr *QPAttr, mask AttrMask) error {
+	req, opt := AttrState|AttrAccessFlags, AttrPKeyIndex|AttrPort
+	if cur == StateInit {
+		req, opt = 0, AttrState|AttrAccessFlags|AttrPKeyIndex|AttrPort
+	}
+	fail := func(name, format string, args ...any) error {
+		return &TransitionError{QPN: qpn, Type: QPTypeRC, From: cur, To: StateInit, Mask: mask,
+			Attr: name, Reason: fmt.Sprintf(format, args...), kind: ErrInvalidAttr}
+	}
+	if missing := req &^ mask; missing != 0 {
+		return fail(missing.String(), "missing required %s %s (iWARP)", plural("attribute", missing), missing)
+	}
+	if extra := mask &^ (req | opt); extra != 0 {
+		return fail(extra.String(), "%s %s not allowed for an iWARP RC QP moving to INIT", plural("attribute", extra), extra)
+	}
+	if mask&AttrAccessFlags != 0 && attr.AccessFlags&^qpAccessKnown != 0 {
+		return fail("access_flags", "unknown access flags %s", attr.AccessFlags&^qpAccessKnown)
+	}
+	return nil
 }
 
 // State returns the QP's current state.
@@ -748,12 +781,18 @@ func (g *StateGuard) State() QPState {
 func (g *StateGuard) Modify(attr *QPAttr, mask AttrMask, lim PortLimits, apply func(*QPAttr, AttrMask) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := CheckTransition(g.qpn, g.typ, g.state, attr, mask, lim); err != nil {
-		return err
-	}
 	to := g.state
-	if mask&AttrState != 0 {
+	if attr != nil && mask&AttrState != 0 {
 		to = attr.State
+	}
+	check := CheckTransition
+	if g.iwarp && to == StateInit && (g.state == StateReset || g.state == StateInit) {
+		check = func(qpn uint32, _ QPType, cur QPState, attr *QPAttr, mask AttrMask, _ PortLimits) error {
+			return checkIWARPInit(qpn, cur, attr, mask)
+		}
+	}
+	if err := check(g.qpn, g.typ, g.state, attr, mask, lim); err != nil {
+		return err
 	}
 	if err := apply(attr, mask); err != nil {
 		return &ModifyError{QPN: g.qpn, Type: g.typ, From: g.state, To: to, Mask: mask,

@@ -737,3 +737,35 @@ func TestFlushAccessAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestIWARPInitRule: an iWARP RC QP enters INIT with only its access flags
+// (what rdma_init_qp_attr gives an iWARP id); a P_Key index and a port may
+// come too, nothing else may; every other transition keeps the table's
+// rules. An InfiniBand QP still needs its P_Key index and port.
+func TestIWARPInitRule(t *testing.T) {
+	apply := func(*QPAttr, AttrMask) error { return nil }
+	access := &QPAttr{State: StateInit, AccessFlags: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead}
+	iw := newGuard(7, QPConfig{Type: QPTypeRC, IWARP: true})
+	if err := iw.Modify(access, AttrState|AttrAccessFlags, PortLimits{}, apply); err != nil || iw.State() != StateInit {
+		t.Fatalf("iWARP RESET->INIT with access flags: %v (state %s)", err, iw.State())
+	}
+	if err := iw.Modify(access, AttrAccessFlags, PortLimits{}, apply); err != nil {
+		t.Fatalf("iWARP INIT->INIT with access flags: %v", err)
+	}
+	if err := iw.Modify(&QPAttr{State: StateInit, QKey: 1}, AttrState|AttrQKey, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) {
+		t.Fatalf("iWARP INIT with a Q_Key: %v, want ErrInvalidAttr", err)
+	}
+	if err := iw.Modify(&QPAttr{State: StateRTR}, AttrState, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) {
+		t.Fatalf("iWARP INIT->RTR without a path: %v, want the table's ErrInvalidAttr", err)
+	}
+	bad := newGuard(8, QPConfig{Type: QPTypeRC, IWARP: true})
+	if err := bad.Modify(&QPAttr{State: StateInit}, AttrState, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) ||
+		!strings.Contains(err.Error(), "access_flags") {
+		t.Fatalf("iWARP RESET->INIT without access flags: %v, want ErrInvalidAttr naming access_flags", err)
+	}
+	ib := newGuard(9, QPConfig{Type: QPTypeRC})
+	if err := ib.Modify(access, AttrState|AttrAccessFlags, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) ||
+		!strings.Contains(err.Error(), "pkey_index") {
+		t.Fatalf("InfiniBand RESET->INIT without P_Key index and port: %v, want ErrInvalidAttr naming them", err)
+	}
+}
