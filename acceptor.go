@@ -91,7 +91,7 @@ func listen(cfg *Config, ap netip.AddrPort, admit func(netip.AddrPort) error) (_
 		}
 	}()
 	if err = id.BindAddr(ap); err != nil {
-		return nil, cmsetup.ClassifyResolve(err)
+		return nil, cmsetup.ClassifyResolve(err, netip.Addr{})
 	}
 	if err = id.Listen(cfg.Backlog); err != nil {
 		return nil, err

@@ -113,3 +113,8 @@ func (m *engineMember) DeviceFailed(err error) {
 	c.closeMessagesLocked()
 	c.broadcast()
 }
+
+// iwarpDevices lists the iWARP devices present: rdma_cm's ports on them
+// are TCP ports (iw_cm listens on them), which a TCP fallback listener
+// cannot share (fallback.go).
+func iwarpDevices() []string { return verbs.IWARPDevices() }

@@ -148,7 +148,7 @@ func (c *engine) setPeer(peer wire.Hello) error {
 	c.ep.remoteAtomic = peer.Features&wire.FeatureAtomics != 0
 	c.stream.credits = int(peer.Credits)
 	c.rdv.peerMaxMsg = c.peerBufSize
-	if c.dev.Caps.MemoryWindows && int(peer.MaxMsgSize) > c.peerBufSize {
+	if int(peer.MaxMsgSize) > c.peerBufSize {
 		c.rdv.peerMaxMsg = min(int(peer.MaxMsgSize), c.dev.Pool.MaxSize()) // larger ones go by rendezvous
 	}
 	return nil

@@ -55,6 +55,8 @@ func listen(*Config, netip.AddrPort, func(netip.AddrPort) error) (*Listener, err
 	return nil, errNoRDMA
 }
 
+func iwarpDevices() []string { return nil }
+
 func opError(op string) error { return &net.OpError{Op: op, Net: "rdma", Err: errNoRDMA} }
 
 // engine is the RDMA connection engine of engine.go; none here.

@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -258,6 +259,13 @@ func (lc *ListenConfig) listenFallback(ctx context.Context, network, address str
 		if terr != nil {
 			if rl != nil {
 				rl.Close()
+			}
+			if iw := iwarpDevices(); rl != nil && errors.Is(terr, syscall.EADDRINUSE) && len(iw) > 0 {
+				// iw_cm took the port for TCP itself: any port would do the same.
+				return nil, &net.OpError{Op: "listen", Net: network, Addr: taddr, Err: fmt.Errorf("%w: the TCP fallback "+
+					"cannot listen on port %d: iWARP device %s serves it, and iWARP connections are TCP connections on "+
+					"rdma_cm's port, so iw_cm listens there itself (listen without Fallback for iWARP clients, and for "+
+					"TCP clients on another port; docs/fallback.md)", errors.ErrUnsupported, port, strings.Join(iw, ", "))}
 			}
 			lastErr = terr
 			if ap.Port() == 0 && rl != nil && errors.Is(terr, syscall.EADDRINUSE) {

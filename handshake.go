@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/verbline/rdma/internal/cmsetup"
@@ -117,20 +118,21 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	}
 	st.Step("create channel+id")
 	var c *Conn
+	abandoned := false // a blocking connect outlived ctx: its goroutine undoes the set-up
 	defer func() {
-		if err != nil {
+		if err != nil && !abandoned {
 			undo(c, id, ch)
 		}
 	}()
 	if err = id.ResolveAddr(laddr, raddr, cmsetup.MsUntil(ctx)); err != nil {
-		return nil, cmsetup.ClassifyResolve(err)
+		return nil, cmsetup.ClassifyResolve(err, raddr.Addr())
 	}
 	if _, err = cmsetup.Expect(ctx, ch, rdmacm.EventAddrResolved, "resolving the address"); err != nil {
 		return nil, err
 	}
 	st.Step("resolve addr")
 	if err = id.ResolveRoute(cmsetup.MsUntil(ctx)); err != nil {
-		return nil, cmsetup.ClassifyResolve(err) // e.g. loopback: no RDMA device routes there
+		return nil, cmsetup.ClassifyResolve(err, raddr.Addr()) // e.g. loopback: no RDMA device routes there
 	}
 	// While the kernel resolves the route: the address gave the device and
 	// port, which is all the QP, the rings and the INIT transition need.
@@ -162,8 +164,13 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	// ESTABLISHED: the QP is in RTS already, and a bad answer can only be
 	// refused by disconnecting (undo).
 	cmQP := c.dev.Caps.CMConnectsQP
-	if err = id.Connect(rdmacm.ConnParam{PrivateData: ours, ResponderResources: resp, InitiatorDepth: init,
-		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num, Blocking: cmQP}); err != nil {
+	param := rdmacm.ConnParam{PrivateData: ours, ResponderResources: resp, InitiatorDepth: init,
+		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num, Blocking: cmQP}
+	if cmQP {
+		if abandoned, err = connectBlocking(ctx, c, id, ch, param); err != nil {
+			return nil, err
+		}
+	} else if err = id.Connect(param); err != nil {
 		return nil, err
 	}
 	answer := rdmacm.EventConnectResponse
@@ -209,6 +216,31 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 	c.confirmEstablished()
 	st.Step("start")
 	return c, nil
+}
+
+// connectBlocking runs a connect that may block in the kernel (iWARP's
+// rdma_connect makes its TCP connection inside the call on siw: a peer
+// that does not answer holds it for TCP's connect timeout, minutes) so
+// that ctx still bounds the dial: the call runs on a goroutine of its own,
+// and if ctx ends first the dial fails with os.ErrDeadlineExceeded (or
+// ctx's error) while that goroutine, once the call returns, tears down
+// what the dial set up (abandoned: the caller must not).
+func connectBlocking(ctx context.Context, c *Conn, id *rdmacm.ID, ch *rdmacm.Channel, p rdmacm.ConnParam) (abandoned bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- id.Connect(p) }()
+	select {
+	case err := <-done:
+		return false, err
+	case <-ctx.Done():
+		go func() {
+			<-done
+			undo(c, id, ch)
+		}()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return true, fmt.Errorf("connecting: %w", os.ErrDeadlineExceeded)
+		}
+		return true, fmt.Errorf("connecting: %w", ctx.Err())
+	}
 }
 
 // confirmAfter is how long a new connection's dialer may send nothing

@@ -216,10 +216,6 @@ func (c *engine) checkMessageSizeLocked(n int) error {
 	if n <= c.rdv.peerMaxMsg {
 		return nil
 	}
-	if !c.dev.Caps.MemoryWindows {
-		return fmt.Errorf("%w: %d bytes, limit %d (the peer's receive buffer size: this device has no type 2 "+
-			"memory windows to lend a larger message through)", ErrMessageTooLarge, n, c.rdv.peerMaxMsg)
-	}
 	return fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, n, c.rdv.peerMaxMsg)
 }
 

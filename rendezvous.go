@@ -27,7 +27,13 @@ import (
 //
 // The sender's memory is reachable only through a type 2 memory window:
 // bound to exactly b, valid on this connection's QP alone, and revoked as
-// soon as the receiver says it is done (or the connection ends). Where the
+// soon as the receiver says it is done (or the connection ends). On a
+// device without windows (iWARP, and many RoCE NICs) b gets a registration
+// of exactly its bytes with remote read, announced with the
+// registration's own key and deregistered at the done: the key reaches b
+// and nothing else, but through any QP of the device's protection domain
+// (every connection on the device) while the peer reads, not through this
+// connection's alone (docs/limits-and-security.md). Where the
 // device bounds a window's accesses by its window (hardware NICs), the
 // window is bound over the arena's MR and the data path registers nothing.
 // Soft-RoCE checks an access against the MR the window is bound over, not
@@ -160,16 +166,21 @@ func (c *engine) initRendezvousOut() {
 	c.rdv.sending = make([]bool, c.ep.maxMsgs)
 }
 
-// lendRegistration registers exactly b's bytes for a window to be bound
-// over, on devices that bound a window's accesses by its MR (lendExact);
-// elsewhere it returns nil and the window is bound over b's arena. The MR
-// grants no remote access by itself.
+// lendRegistration registers exactly b's bytes: on a device without
+// memory windows with remote read, as what the peer reads through; on
+// devices that bound a window's accesses by its MR (LendExact) for a
+// window to be bound over, with no remote access of its own. Elsewhere it
+// returns nil and the window is bound over b's arena.
 func (c *engine) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
-	if !c.dev.LendExact {
+	access := verbs.AccessLocalWrite | verbs.AccessMWBind
+	switch {
+	case !c.dev.Caps.MemoryWindows:
+		access = verbs.AccessLocalWrite | verbs.AccessRemoteRead
+	case !c.dev.LendExact:
 		return nil, nil
 	}
 	mr := c.dev.LendMR()
-	if err := c.dev.PD.RegMRInto(mr, b.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind); err != nil {
+	if err := c.dev.PD.RegMRInto(mr, b.Bytes(), access); err != nil {
 		c.dev.PutLendMR(mr)
 		return nil, hints.RegistrationError(err, b.Len(), fmt.Sprintf("registering a %d-byte message to lend it", b.Len()))
 	}
@@ -184,6 +195,9 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	c.initRendezvousOut()
 	c.closeLendMRLocked(slot) // a failed send's, if one is left
 	c.rdv.mr[slot] = exact
+	if !c.dev.Caps.MemoryWindows {
+		return c.announceRendezvousLocked(b, slot, exact.RKey, false)
+	}
 	mw := c.rdv.mw[slot]
 	if mw == nil {
 		var err error
@@ -209,18 +223,34 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	var bind verbs.SendWR
 	c.sqPushLocked(&bind, wrBind, slot, false)
 	rkey := mw.NextRKey()
+	c.sendq.bind = verbs.BindWR{WRID: bind.WRID, Flags: bind.Flags, MW: mw, MR: mr,
+		Addr: b.Addr(), Len: uint64(b.Len()), Access: verbs.AccessRemoteRead, RKey: rkey}
+	return c.announceRendezvousLocked(b, slot, rkey, true)
+}
+
+// announceRendezvousLocked posts the announcement of b, lent in send slot
+// slot under rkey: behind the window bind in sendq.bind, in one post list
+// (withBind), or alone (a registration of its own, without windows).
+func (c *engine) announceRendezvousLocked(b buffer.Buf, slot int, rkey uint32, withBind bool) error {
 	off := slot * wire.RendezvousLen
 	wire.Rendezvous{ID: uint32(slot), Region: wire.Region{Addr: b.Addr(), Len: uint32(b.Len()), RKey: rkey}}.
 		AppendTo(c.ep.rvDesc.Full()[off:off])
 	ann := verbs.SendWR{Addr: c.ep.rvDesc.Addr() + uint64(off), Len: wire.RendezvousLen, LKey: c.ep.rvDesc.LKey(),
 		Opcode: verbs.OpSendWithImm, Imm: wire.EncodeImm(wire.KindRendezvous, uint32(c.stream.pending))}
-	c.sqPushLocked(&ann, wrSendRv, slot, c.dev.QuietBind())
+	c.sqPushLocked(&ann, wrSendRv, slot, withBind && c.dev.QuietBind())
 	c.sendq.ctlWR[0] = ann
-	if err := c.postBindSendLocked(&verbs.BindWR{WRID: bind.WRID, Flags: bind.Flags, MW: mw, MR: mr,
-		Addr: b.Addr(), Len: uint64(b.Len()), Access: verbs.AccessRemoteRead, RKey: rkey}, c.sendq.ctlWR[:]); err != nil {
-		c.sqPopLocked(2)
+	pushed := 1
+	var err error
+	if withBind {
+		pushed = 2
+		err = c.postBindSendLocked(&c.sendq.bind, c.sendq.ctlWR[:])
+	} else {
+		err = c.postSendsLocked(c.sendq.ctlWR[:])
+	}
+	if err != nil {
+		c.sqPopLocked(pushed)
 		c.failLocked(err)
-		return err // the window may be bound: it stays so until release deallocates it
+		return err // a window may be bound: it stays so until release deallocates it
 	}
 	c.rdv.sending[slot] = true
 	c.rdv.out++
@@ -246,6 +276,14 @@ func (c *engine) rendezvousDoneLocked(id uint32) {
 		return
 	}
 	c.rdv.sending[id] = false
+	if !c.dev.Caps.MemoryWindows {
+		// Lent through a registration of its own (no windows): revoked by
+		// deregistering it, and the send is over.
+		c.rdv.out--
+		c.closeLendMRLocked(int(id))
+		c.msgDoneLocked(int(id), nil)
+		return
+	}
 	c.rdv.inval = append(c.rdv.inval, int(id))
 	c.pumpRendezvousLocked()
 }

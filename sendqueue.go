@@ -33,6 +33,7 @@ type sendQueue struct {
 	asyncUnsig bool            // an asynchronous request is among them (its end waits for a signaled one)
 	ctlWR      [1]verbs.SendWR // scratch for single posts (a local would escape to the heap)
 	pair       [2]verbs.SendWR // scratch for a write and its notify (trailer.go)
+	bind       verbs.BindWR    // scratch for a window bind (rendezvous.go)
 }
 
 // sqEntry is one posted send-queue work request: what to do when it retires.

@@ -137,9 +137,9 @@ func checkVerbs(devs []*Device, vdevs []VerbsDevice, verr error) Result {
 // checkCaps reports each opened device's capabilities and what the library
 // does without the ones it lacks: a device without immediate data (iWARP)
 // carries each message's header in a trailer, which peers of wire protocol
-// 1.4 and later understand; one without memory windows limits a message
-// to the peer's receive buffer; one without UD queue pairs has no
-// PacketConn.
+// 1.4 and later understand; one without memory windows lends messages and
+// exports through keys valid on every connection of the device; one
+// without UD queue pairs has no PacketConn.
 func checkCaps(vdevs []VerbsDevice) []Result {
 	var out []Result
 	for _, v := range vdevs {
@@ -150,7 +150,7 @@ func checkCaps(vdevs []VerbsDevice) []Result {
 		c := v.Caps
 		var lacks []string
 		if !c.MemoryWindows {
-			lacks = append(lacks, "without memory windows a message is at most the peer's receive buffer (Config.BufferSize; larger ones fail with ErrMessageTooLarge) and an Export's key reaches its whole registration")
+			lacks = append(lacks, "without memory windows a large message and an Export are reached through a registration of exactly their bytes, whose key is valid on every connection of the device, not on one")
 		}
 		if !c.UD {
 			lacks = append(lacks, "without UD queue pairs ListenPacket fails on it")

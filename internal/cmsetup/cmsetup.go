@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -164,9 +165,12 @@ func MsUntil(ctx context.Context) int {
 }
 
 // ClassifyResolve makes a resolution that no RDMA device can serve
-// (ENODEV, EADDRNOTAVAIL) errs.ErrNotRDMAAddress, with its hint.
-func ClassifyResolve(err error) error {
-	if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+// (ENODEV, EADDRNOTAVAIL; EINVAL for a loopback destination, which is
+// what rdma_cm answers where only iWARP devices are) errs.ErrNotRDMAAddress,
+// with its hint. dst is the address being resolved (zero for a bind).
+func ClassifyResolve(err error, dst netip.Addr) error {
+	if errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EADDRNOTAVAIL) ||
+		dst.IsLoopback() && errors.Is(err, syscall.EINVAL) {
 		return hints.Add(fmt.Errorf("%w: %w", errs.ErrNotRDMAAddress, err))
 	}
 	return err

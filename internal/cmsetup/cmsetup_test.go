@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -100,18 +101,26 @@ func TestEventErrors(t *testing.T) {
 	}
 
 	for _, errno := range []syscall.Errno{syscall.ENODEV, syscall.EADDRNOTAVAIL} {
-		if err := ClassifyResolve(errno); !errors.Is(err, errs.ErrNotRDMAAddress) || !strings.Contains(err.Error(), errno.Error()) {
+		if err := ClassifyResolve(errno, netip.Addr{}); !errors.Is(err, errs.ErrNotRDMAAddress) || !strings.Contains(err.Error(), errno.Error()) {
 			t.Errorf("ClassifyResolve(%v) = %v, want ErrNotRDMAAddress naming the errno", errno, err)
 		}
 		// Wrapped as rdma_bind_addr's errors are, and again as Dial's.
-		err := &net.OpError{Op: "dial", Net: "rdma", Err: ClassifyResolve(fmt.Errorf("rdma_bind_addr: %w", errno))}
+		err := &net.OpError{Op: "dial", Net: "rdma", Err: ClassifyResolve(fmt.Errorf("rdma_bind_addr: %w", errno), netip.Addr{})}
 		if !errors.Is(err, errs.ErrNotRDMAAddress) || !errors.Is(err, errno) || !strings.Contains(cerrors.FlattenHints(err), "rdma link add") {
 			t.Errorf("ClassifyResolve(rdma_bind_addr: %v) in a *net.OpError = %v (hint %q), want ErrNotRDMAAddress, the errno and a hint",
 				errno, err, cerrors.FlattenHints(err))
 		}
 	}
-	if err := ClassifyResolve(syscall.EINVAL); err != syscall.EINVAL {
-		t.Errorf("ClassifyResolve(EINVAL) = %v, want it unchanged", err)
+	peer := netip.MustParseAddr("192.0.2.7")
+	if err := ClassifyResolve(syscall.EINVAL, peer); err != syscall.EINVAL {
+		t.Errorf("ClassifyResolve(EINVAL, %v) = %v, want it unchanged", peer, err)
+	}
+	// rdma_cm's answer for a loopback destination where only iWARP
+	// devices are.
+	for _, lo := range []string{"127.0.0.1", "::1"} {
+		if err := ClassifyResolve(syscall.EINVAL, netip.MustParseAddr(lo)); !errors.Is(err, errs.ErrNotRDMAAddress) {
+			t.Errorf("ClassifyResolve(EINVAL, %s) = %v, want ErrNotRDMAAddress", lo, err)
+		}
 	}
 }
 

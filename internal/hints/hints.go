@@ -86,6 +86,7 @@ type netdevInfo struct {
 	up       bool
 	loopback bool
 	addrs    []netip.Addr
+	mac      net.HardwareAddr
 }
 
 func hostHintEnv() hintEnv { return hintEnv{root: "/", netdevs: hostNetdevs, memlock: hostMemlock} }
@@ -112,7 +113,7 @@ func hostNetdevs() []netdevInfo {
 	}
 	var out []netdevInfo
 	for _, i := range ifs {
-		d := netdevInfo{name: i.Name, up: i.Flags&net.FlagUp != 0, loopback: i.Flags&net.FlagLoopback != 0}
+		d := netdevInfo{name: i.Name, up: i.Flags&net.FlagUp != 0, loopback: i.Flags&net.FlagLoopback != 0, mac: i.HardwareAddr}
 		addrs, _ := i.Addrs()
 		for _, a := range addrs {
 			if p, err := netip.ParsePrefix(a.String()); err == nil {
@@ -190,18 +191,35 @@ func readRDMAPorts(e hintEnv) []rdmaPort {
 					add(netdev, a.Unmap()) // none: an InfiniBand GID
 				}
 			}
-			if e.read(filepath.Join(dir, "link_layer")) == "InfiniBand" {
-				nets, _ := e.readDir(filepath.Join(ib, d.Name(), "device", "net"))
-				for _, nd := range nets {
-					if ifs == nil {
-						ifs = map[string]netdevInfo{}
-						for _, i := range e.netdevs() {
-							ifs[i.name] = i
-						}
+			netdevs := func() map[string]netdevInfo {
+				if ifs == nil {
+					ifs = map[string]netdevInfo{}
+					for _, i := range e.netdevs() {
+						ifs[i.name] = i
 					}
-					add(nd.Name(), netip.Addr{})
-					for _, a := range ifs[nd.Name()].addrs {
-						add(nd.Name(), a)
+				}
+				return ifs
+			}
+			// InfiniBand's GIDs name no netdev (IPoIB is the PCI device's),
+			// nor do iWARP's: a hardware iWARP NIC's netdev is its PCI
+			// device's, and Soft-iWARP (no device) has its netdev's MAC as
+			// its GID.
+			if len(rp.netdevs) == 0 && e.read(filepath.Join(dir, "link_layer")) != "Ethernet" ||
+				len(rp.netdevs) == 0 && isIWARP(e, filepath.Join(ib, d.Name())) {
+				nets, _ := e.readDir(filepath.Join(ib, d.Name(), "device", "net"))
+				names := make([]string, 0, len(nets))
+				for _, nd := range nets {
+					names = append(names, nd.Name())
+				}
+				if len(names) == 0 {
+					if nd := netdevByMAC(netdevs(), e.read(filepath.Join(dir, "gids", "0"))); nd != "" {
+						names = append(names, nd)
+					}
+				}
+				for _, nd := range names {
+					add(nd, netip.Addr{})
+					for _, a := range netdevs()[nd].addrs {
+						add(nd, a)
 					}
 				}
 			}
@@ -209,6 +227,30 @@ func readRDMAPorts(e hintEnv) []rdmaPort {
 		}
 	}
 	return out
+}
+
+// isIWARP reports whether the device in dir is an iWARP RNIC (node type 4).
+func isIWARP(e hintEnv, dir string) bool {
+	return strings.HasPrefix(e.read(filepath.Join(dir, "node_type")), "4:")
+}
+
+// netdevByMAC is the netdev whose MAC an iWARP GID carries (siw's GID is its
+// netdev's MAC followed by zeros), or "".
+func netdevByMAC(ifs map[string]netdevInfo, gid string) string {
+	a, err := netip.ParseAddr(gid)
+	if err != nil {
+		return ""
+	}
+	raw := a.As16()
+	if raw == ([16]byte{}) || [10]byte(raw[6:]) != [10]byte{} {
+		return ""
+	}
+	for name, i := range ifs {
+		if len(i.mac) == 6 && string(i.mac) == string(raw[:6]) {
+			return name
+		}
+	}
+	return ""
 }
 
 // gidEmptyRun is how many empty GID slots in a row end the scan.
@@ -241,7 +283,7 @@ func rdmaAddressHint(e hintEnv) string {
 			return "this machine has no RDMA device, so no address has RDMA.\n" + noDeviceHint(e)
 		}
 		return "this machine's RDMA devices serve no netdev (InfiniBand without IPoIB?): rdma_cm needs an IP on " +
-			"the device's netdev (IPoIB on InfiniBand, the Ethernet netdev on RoCE)"
+			"the device's netdev (IPoIB on InfiniBand, the Ethernet netdev on RoCE and iWARP)"
 	}
 	return "addresses with RDMA on this machine, by netdev:\n" + strings.Join(lines, "\n") + "\n" +
 		"Listen on one of them (or on the wildcard address); dial a peer's IP on its RDMA netdev, " +

@@ -265,3 +265,35 @@ func TestRegistrationError(t *testing.T) {
 		t.Errorf("EINVAL without what: %v, want it unchanged", err)
 	}
 }
+
+// TestRDMAAddressHintIWARP: iWARP GIDs name no netdev. Soft-iWARP (no
+// device behind it) is found by its GID, its netdev's MAC; a hardware
+// iWARP NIC by its PCI device's netdev.
+func TestRDMAAddressHintIWARP(t *testing.T) {
+	tree := map[string]string{
+		"sys/class/infiniband/siw0/node_type":                "4: RNIC",
+		"sys/class/infiniband/siw0/ports/1/state":            "4: ACTIVE",
+		"sys/class/infiniband/siw0/ports/1/link_layer":       "Ethernet",
+		"sys/class/infiniband/siw0/ports/1/gids/0":           "5e26:7859:225a:0000:0000:0000:0000:0000",
+		"sys/class/infiniband/iwp0/node_type":                "4: RNIC",
+		"sys/class/infiniband/iwp0/ports/1/state":            "4: ACTIVE",
+		"sys/class/infiniband/iwp0/ports/1/link_layer":       "Ethernet",
+		"sys/class/infiniband/iwp0/ports/1/gids/0":           "0007:4301:0203:0000:0000:0000:0000:0000",
+		"sys/class/infiniband/iwp0/device/net/ens5/addr_len": "6",
+	}
+	env := fakeEnv(fakeTree(t, tree),
+		netdevInfo{name: "rd0", up: true, addrs: []netip.Addr{netip.MustParseAddr("169.254.77.1")},
+			mac: net.HardwareAddr{0x5e, 0x26, 0x78, 0x59, 0x22, 0x5a}},
+		netdevInfo{name: "eth9", up: true, addrs: []netip.Addr{netip.MustParseAddr("10.1.1.1")},
+			mac: net.HardwareAddr{0x5e, 0x26, 0x78, 0x59, 0x22, 0x5b}},
+		netdevInfo{name: "ens5", up: true, addrs: []netip.Addr{netip.MustParseAddr("10.9.9.9")}})
+	hint := rdmaAddressHint(env)
+	for _, want := range []string{"rd0 (siw0 port 1): 169.254.77.1\n", "ens5 (iwp0 port 1): 10.9.9.9\n"} {
+		if !strings.Contains(hint, want) {
+			t.Errorf("hint does not say %q:\n%s", want, hint)
+		}
+	}
+	if strings.Contains(hint, "eth9") {
+		t.Errorf("hint lists a netdev whose MAC differs from the GID's:\n%s", hint)
+	}
+}

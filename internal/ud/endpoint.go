@@ -258,7 +258,7 @@ func (p *Endpoint[D]) Listen(ap netip.AddrPort, o *Options) (err error) {
 		return err
 	}
 	if err = p.id.BindAddr(ap); err != nil {
-		return cmsetup.ClassifyResolve(err)
+		return cmsetup.ClassifyResolve(err, netip.Addr{})
 	}
 	p.ap = p.id.LocalAddr()
 	if err = p.setupQP(); err != nil {
@@ -1028,7 +1028,7 @@ func (p *Endpoint[D]) resolveSIDR(to netip.AddrPort) (_ *peerEntry, err error) {
 		}
 	}
 	if err := id.ResolveAddr(netip.AddrPortFrom(p.ap.Addr(), 0), to, cmsetup.MsUntil(ctx)); err != nil {
-		return nil, cmsetup.ClassifyResolve(err)
+		return nil, cmsetup.ClassifyResolve(err, to.Addr())
 	}
 	if _, err := next(rdmacm.EventAddrResolved); err != nil {
 		return nil, err

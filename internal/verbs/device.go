@@ -41,6 +41,23 @@ func DeviceNames() ([]string, error) {
 	return names, nil
 }
 
+// IWARPDevices lists the iWARP devices present (none on error).
+func IWARPDevices() []string {
+	var n C.int
+	list := C.ibv_get_device_list(&n)
+	if list == nil {
+		return nil
+	}
+	defer C.ibv_free_device_list(list)
+	var names []string
+	for _, d := range unsafe.Slice(list, int(n)) {
+		if d.transport_type == C.IBV_TRANSPORT_IWARP {
+			names = append(names, C.GoString(C.ibv_get_device_name(d)))
+		}
+	}
+	return names
+}
+
 // Context is an open device.
 type Context struct {
 	mu    sync.Mutex

@@ -314,7 +314,7 @@ func (p *PD) createQP(cfg QPConfig, sge int) (*QP, error) {
 		return nil, errnoErr(fmt.Sprintf("ibv_create_qp %s send_wr=%d recv_wr=%d inline=%d", cfg.Type, cfg.SendWR, cfg.RecvWR, cfg.InlineData), err, 0)
 	}
 	q := &QP{qp: qp, pd: p, cfg: cfg, Num: uint32(qp.qp_num), MaxInline: int(maxInline)}
-	q.guard = newGuard(q.Num, cfg)
+	q.guard = newGuard(q.Num, cfg.Type, cfg.IWARP)
 	return q, nil
 }
 
@@ -750,7 +750,7 @@ func (q *QP) Handoff() (*QP, error) {
 		return nil, fmt.Errorf("QP 0x%x: handing off a QP in %s (only a QP in RESET can change owner)", q.Num, s)
 	}
 	n := &QP{qp: q.qp, pd: q.pd, cfg: q.cfg, Num: q.Num, MaxInline: q.MaxInline}
-	n.guard = newGuard(n.Num, n.cfg)
+	n.guard = newGuard(n.Num, n.cfg.Type, n.cfg.IWARP)
 	q.qp = nil
 	return n, nil
 }

@@ -733,10 +733,11 @@ func NewStateGuard(qpn uint32, typ QPType) *StateGuard {
 	return &StateGuard{qpn: qpn, typ: typ, state: StateReset}
 }
 
-// newGuard is the guard for a QP created with cfg.
-func newGuard(qpn uint32, cfg QPConfig) *StateGuard {
-	g := NewStateGuard(qpn, cfg.Type)
-	g.iwarp = cfg.IWARP && cfg.Type == QPTypeRC
+// newGuard is the guard for a QP of type typ on an iWARP device or not
+// (QPConfig.IWARP).
+func newGuard(qpn uint32, typ QPType, iwarp bool) *StateGuard {
+	g := NewStateGuard(qpn, typ)
+	g.iwarp = iwarp && typ == QPTypeRC
 	return g
 }
 

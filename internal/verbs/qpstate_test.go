@@ -745,7 +745,7 @@ func TestFlushAccessAccepted(t *testing.T) {
 func TestIWARPInitRule(t *testing.T) {
 	apply := func(*QPAttr, AttrMask) error { return nil }
 	access := &QPAttr{State: StateInit, AccessFlags: AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead}
-	iw := newGuard(7, QPConfig{Type: QPTypeRC, IWARP: true})
+	iw := newGuard(7, QPTypeRC, true)
 	if err := iw.Modify(access, AttrState|AttrAccessFlags, PortLimits{}, apply); err != nil || iw.State() != StateInit {
 		t.Fatalf("iWARP RESET->INIT with access flags: %v (state %s)", err, iw.State())
 	}
@@ -758,12 +758,12 @@ func TestIWARPInitRule(t *testing.T) {
 	if err := iw.Modify(&QPAttr{State: StateRTR}, AttrState, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) {
 		t.Fatalf("iWARP INIT->RTR without a path: %v, want the table's ErrInvalidAttr", err)
 	}
-	bad := newGuard(8, QPConfig{Type: QPTypeRC, IWARP: true})
+	bad := newGuard(8, QPTypeRC, true)
 	if err := bad.Modify(&QPAttr{State: StateInit}, AttrState, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) ||
 		!strings.Contains(err.Error(), "access_flags") {
 		t.Fatalf("iWARP RESET->INIT without access flags: %v, want ErrInvalidAttr naming access_flags", err)
 	}
-	ib := newGuard(9, QPConfig{Type: QPTypeRC})
+	ib := newGuard(9, QPTypeRC, false)
 	if err := ib.Modify(access, AttrState|AttrAccessFlags, PortLimits{}, apply); !errors.Is(err, ErrInvalidAttr) ||
 		!strings.Contains(err.Error(), "pkey_index") {
 		t.Fatalf("InfiniBand RESET->INIT without P_Key index and port: %v, want ErrInvalidAttr naming them", err)
