@@ -35,6 +35,8 @@ GUEST_RACE ?= 1
 # Soak-like tests (long loops, many connections, timed stress): make soak runs
 # them, make test leaves them out (-test.skip, which reports no SKIP line).
 SOAK_TESTS := TestDialCycles|TestManyConnections|TestBidirectionalTransfer|TestDescriptorsAfterChurn|TestKeepaliveQuietWhileBusy|TestParkWakeStress
+# Measurements, not checks: make setupbench runs TestSetupProfile.
+MEASURE_TESTS := TestSetupProfile
 
 .PHONY: setup build-deps test demo bench bench-grpc setupbench bench-2host vet unit fuzz rdma-tests test-matrix faults soak clean
 
@@ -108,7 +110,7 @@ rdma-tests: setup
 	@# internal/rxebug reproduces an rxe bug by forcing retries with RNR NAKs:
 	@# guest-tests leaves its RNR NAKs out of the check below.
 	@RDMA_TEST_LOG=$(CURDIR)/$(TESTS)/rdma-tests.log GUEST_RNR_EXPECTED='^rdma_internal_rxebug$$' \
-	  GUEST_TEST_ARGS='-test.skip ^($(SOAK_TESTS))$$' scripts/softroce run -- \
+	  GUEST_TEST_ARGS='-test.skip ^($(SOAK_TESTS)|$(MEASURE_TESTS))$$' scripts/softroce run -- \
 	  scripts/guest-tests $(CURDIR)/$(TESTS)/manifest $(CURDIR)/$(TESTS)
 	@skipped=$$(grep -h -- '--- SKIP' $(TESTS)/*.out || true); \
 	if [ -n "$$skipped" ]; then echo "FAIL: tests skipped inside Soft-RoCE:"; echo "$$skipped"; exit 1; fi

@@ -86,7 +86,7 @@ func TestMessages(t *testing.T) {
 		}
 		for j := range p {
 			if p[j] != byte(i+j) {
-				t.Fatalf("message %d byte %d corrupted", i, j)
+				t.Fatalf("message %d byte %d corrupted: %d, want %d (of %d bytes)", i, j, p[j], byte(i+j), len(p))
 			}
 		}
 		if err := b.Release(); err != nil {
@@ -465,8 +465,15 @@ func TestZeroAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(500, msgRoundTrip); a != 0 {
 		t.Errorf("message view: %.2f allocations per message, want 0", a)
 	}
-	if a := testing.AllocsPerRun(200, largeRoundTrip); a != 0 {
-		t.Errorf("message view, %d B (rendezvous): %.2f allocations per message, want 0", c.peerBufSize+1, a)
+	// Where READ sinks need a registration of their own (iWARP), each
+	// large message's landing buffer is registered off the poller, on a
+	// goroutine of its own: a few allocations, bounded here.
+	wantLarge := 0.0
+	if s.dev.Caps.ReadSinkRemoteWrite {
+		wantLarge = 8
+	}
+	if a := testing.AllocsPerRun(200, largeRoundTrip); a > wantLarge {
+		t.Errorf("message view, %d B (rendezvous): %.2f allocations per message, want at most %v", c.peerBufSize+1, a, wantLarge)
 	}
 	if a := testing.AllocsPerRun(500, streamRoundTrip); a != 0 {
 		t.Errorf("Conn.Write/Read of 64 B: %.2f allocations per message, want 0", a)

@@ -79,7 +79,7 @@ type rvState uint8
 const (
 	rvNone     rvState = iota // a small message (or nothing)
 	rvNeedBuf                 // announced; no buffer yet
-	rvWaitPool                // the pool is exhausted; a goroutine waits for a buffer
+	rvWaitPool                // the pool is exhausted (or the sink needs a registration); a goroutine waits for a buffer
 	rvNeedPost                // has a buffer; the READ waits for send-queue room
 	rvReading                 // READ posted
 	rvReady                   // read; deliverable in order
@@ -90,6 +90,7 @@ type rvRecv struct {
 	state rvState
 	desc  wire.Rendezvous
 	buf   buffer.Buf
+	sink  *verbs.MR // a registration of exactly buf with remote write, where READ sinks need one, until the READ ends
 }
 
 // bigSlot takes back a delivered large message: the buffer returns to the
@@ -360,6 +361,15 @@ func (c *engine) pumpRendezvousLocked() {
 				return
 			}
 			c.rdv.held += n
+			if c.dev.Caps.ReadSinkRemoteWrite {
+				// The READ's sink needs a registration with remote write
+				// (iWARP: the response arrives as tagged writes), of
+				// exactly the buffer: made off the poller, as a pool wait.
+				r.state = rvWaitPool
+				c.rdv.held -= n // charged again when the buffer comes
+				go c.awaitBuffer(idx, int(n), true)
+				return
+			}
 			b, err := c.dev.Pool.TryGet(int(r.desc.Region.Len))
 			switch {
 			case errors.Is(err, buffer.ErrNoFree) || errors.Is(err, buffer.ErrExhausted):
@@ -381,8 +391,12 @@ func (c *engine) pumpRendezvousLocked() {
 			r.buf, r.state = b, rvNeedPost
 		}
 		if r.state == rvNeedPost {
+			lkey := r.buf.LKey()
+			if r.sink != nil {
+				lkey = r.sink.LKey
+			}
 			if c.postLocked(verbs.SendWR{Addr: r.buf.Addr(), Len: r.desc.Region.Len,
-				LKey: r.buf.LKey(), Opcode: verbs.OpRDMARead,
+				LKey: lkey, Opcode: verbs.OpRDMARead,
 				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}, wrReadRv, idx, true) != nil {
 				return
 			}
@@ -405,10 +419,23 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 	// waits for a release.
 	_ = c.dev.RunLowPriority(func() error { return c.dev.Pool.Grow(n, 1) })
 	b, err := c.dev.Pool.GetWait(c.rdv.ctx, n)
+	var sink *verbs.MR
+	if err == nil && c.dev.Caps.ReadSinkRemoteWrite {
+		sink = c.dev.LendMR()
+		if rerr := c.dev.PD.RegMRInto(sink, b.Full()[:n], verbs.AccessLocalWrite|verbs.AccessRemoteWrite); rerr != nil {
+			c.dev.PutLendMR(sink)
+			sink = nil
+			b.Free()
+			err = hints.RegistrationError(rerr, n, fmt.Sprintf("registering a %d-byte message's landing buffer", n))
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.released || c.rdv.in[idx].state != rvWaitPool {
 		if err == nil {
+			if sink != nil {
+				c.dev.CloseLendMR(sink)
+			}
 			b.Free()
 			c.dev.BufReturned() // the device may be waiting for its last buffer
 		}
@@ -423,7 +450,7 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 		return
 	}
 	c.rdv.held += int64(n)
-	c.rdv.in[idx].buf, c.rdv.in[idx].state = b, rvNeedPost
+	c.rdv.in[idx].buf, c.rdv.in[idx].sink, c.rdv.in[idx].state = b, sink, rvNeedPost
 	c.pumpRendezvousLocked()
 }
 
@@ -451,6 +478,10 @@ func (c *engine) awaitUnread(n int64) bool {
 // readDoneLocked: the READ of the rendezvous in receive buffer idx ended.
 func (c *engine) readDoneLocked(idx int, wc *verbs.WC) {
 	c.rdv.reads--
+	if sink := c.rdv.in[idx].sink; sink != nil && wc.Status == verbs.WCSuccess {
+		c.rdv.in[idx].sink = nil
+		c.dev.CloseLendMR(sink) // else release closes it, once the QP is gone
+	}
 	switch wc.Status {
 	case verbs.WCSuccess:
 	case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
@@ -516,6 +547,11 @@ func (c *engine) releaseRendezvousLocked(rel []buffer.Buf) []buffer.Buf {
 		if c.rdv.in[idx].buf.Valid() {
 			rel = append(rel, c.rdv.in[idx].buf)
 			c.unchargeLocked(int64(c.rdv.in[idx].desc.Region.Len))
+		}
+		if sink := c.rdv.in[idx].sink; sink != nil {
+			// The QP is down: a READ cut short lands nothing more. The
+			// buffer itself waits for the QP's destruction (rel).
+			c.dev.CloseLendMR(sink)
 		}
 		c.rdv.in[idx] = rvRecv{}
 		c.msgs.lent[idx] = false

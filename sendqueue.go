@@ -40,6 +40,10 @@ type sendQueue struct {
 type sqEntry struct {
 	kind uint64 // wrSendData, wrSendCtl, ...
 	idx  int    // the kind's own index (send slot, receive buffer, operation)
+	// read: an RDMA READ, which on a device whose sends complete locally
+	// (Caps.SendsCompleteLocally) retires only by its own completion;
+	// done: retired there, and waiting for the READs before it.
+	read, done bool
 }
 
 // sqUsedLocked is how many send-queue entries are taken: posted and not
@@ -53,7 +57,8 @@ func (c *engine) sqUsedLocked() int { return c.sendq.inFlight + c.sendq.reserved
 // has room.
 func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool) {
 	pos := c.sqNextPosLocked()
-	c.sendq.entries[pos] = sqEntry{kind: kind, idx: idx}
+	read := wr.Opcode == verbs.OpRDMARead
+	c.sendq.entries[pos] = sqEntry{kind: kind, idx: idx, read: read}
 	c.sendq.inFlight++
 	wr.WRID = c.ep.wrid(kind, pos)
 	if c.trailers {
@@ -63,7 +68,12 @@ func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool
 	// unsignaled request (a rendezvous done answer, a credit update to a
 	// 1.1 peer), and Close waits for every request to retire: signal them
 	// all.
-	if force || c.stream.finSent || c.sendq.unsig+1 >= signalEvery || c.sqLowLocked() {
+	// SignalFrom: a provider that may read a large request's buffer after an
+	// unsignaled completion (Soft-iWARP: internal/device's quirks.go).
+	// A READ on a device whose sends complete locally must complete
+	// itself: a later request's completion does not mean it is done.
+	if force || c.stream.finSent || c.sendq.unsig+1 >= signalEvery || c.sqLowLocked() ||
+		c.dev.SignalFrom > 0 && int(wr.Len) >= c.dev.SignalFrom || read && c.dev.Caps.SendsCompleteLocally {
 		wr.Flags |= verbs.SendSignaled
 		c.sendq.unsig = 0
 		c.sendq.asyncUnsig = false
@@ -132,6 +142,10 @@ func (c *engine) sqPopLocked(n int) { c.sendq.inFlight -= min(n, c.sendq.inFligh
 // order, and a failed one would have produced its own completion), then
 // the one at pos with wc's status.
 func (c *engine) sqRetireLocked(pos int, wc *verbs.WC) {
+	if c.dev.Caps.SendsCompleteLocally {
+		c.sqRetireUnorderedLocked(pos, wc)
+		return
+	}
 	ok := verbs.WC{Status: verbs.WCSuccess}
 	for c.sendq.inFlight > 0 {
 		at := c.sendq.head
@@ -143,6 +157,35 @@ func (c *engine) sqRetireLocked(pos int, wc *verbs.WC) {
 			return
 		}
 		c.sendDoneLocked(e, &ok)
+	}
+}
+
+// sqRetireUnorderedLocked is sqRetireLocked where sends complete locally
+// (Caps.SendsCompleteLocally: iWARP): the request at pos and every older
+// one but a READ still waiting for its own completion retire; the queue's
+// head then moves past what has retired.
+func (c *engine) sqRetireUnorderedLocked(pos int, wc *verbs.WC) {
+	ok := verbs.WC{Status: verbs.WCSuccess}
+	n := len(c.sendq.entries)
+	for i := 0; i < c.sendq.inFlight; i++ {
+		at := (c.sendq.head + i) % n
+		e := &c.sendq.entries[at]
+		if at == pos {
+			if !e.done {
+				e.done = true
+				c.sendDoneLocked(*e, wc)
+			}
+			break
+		}
+		if !e.done && !e.read {
+			e.done = true
+			c.sendDoneLocked(*e, &ok)
+		}
+	}
+	for c.sendq.inFlight > 0 && c.sendq.entries[c.sendq.head].done {
+		c.sendq.entries[c.sendq.head] = sqEntry{}
+		c.sendq.head = (c.sendq.head + 1) % n
+		c.sendq.inFlight--
 	}
 }
 

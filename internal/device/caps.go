@@ -58,6 +58,12 @@ type Caps struct {
 	// and rdma_establish. Such a QP stays tied to its connection's stream:
 	// it is not pooled for another connection.
 	CMConnectsQP bool
+	// SendsCompleteLocally: a send or write completes once the transport
+	// (TCP) took it, before the peer has it, and may complete before an
+	// earlier RDMA READ that still waits for its response (iWARP; on
+	// InfiniBand and RoCE requests complete in order, each once the peer
+	// acknowledged it). A READ then retires only by its own completion.
+	SendsCompleteLocally bool
 	// ReadSinkRemoteWrite: the memory an RDMA READ lands in must be
 	// registered with remote write access (iWARP: the responder's data
 	// arrives as tagged writes into the sink).
@@ -96,6 +102,7 @@ func CapsOf(a *verbs.DeviceAttr) Caps {
 		c.PrivateDataConnect, c.PrivateDataAccept = iwarpPrivateData, iwarpPrivateData
 		c.ActiveSendsFirst = true
 		c.CMConnectsQP = true
+		c.SendsCompleteLocally = true
 		c.ReadSinkRemoteWrite = true
 		c.Atomics = verbs.AtomicNone // iWARP has no atomic operations, whatever a driver reports
 	}
@@ -126,6 +133,9 @@ func (c Caps) String() string {
 	}
 	if c.CMConnectsQP {
 		w = append(w, "the CM connects the QP")
+	}
+	if c.SendsCompleteLocally {
+		w = append(w, "sends complete locally")
 	}
 	if c.ReadSinkRemoteWrite {
 		w = append(w, "READ sinks need remote write")

@@ -13,6 +13,7 @@ package device
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,10 @@ type Device struct {
 	// message is lent through a registration of exactly its bytes rather
 	// than through its arena's MR.
 	LendExact bool
+	// SignalFrom: a send-queue request carrying at least this many bytes
+	// must ask for its own completion (0: none must). Soft-iWARP
+	// (quirks.go).
+	SignalFrom int
 
 	// Each guarded by its own lock.
 	Ports      PortCache // the ports' limits, cached (portcache.go)
@@ -138,6 +143,9 @@ func Acquire(ctx *verbs.Context, cfg Config) (_ *Device, err error) {
 	d.Caps = CapsOf(d.Attr)
 	d.rxe = IsSoftRoCE(d.name)
 	d.LendExact = d.rxe
+	if d.Caps.Transport == verbs.TransportIWARP && IsSoftware(d.name) {
+		d.SignalFrom = os.Getpagesize() // siw's zero-copy threshold (quirks.go)
+	}
 	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.Caps.MemoryWindows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself

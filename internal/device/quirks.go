@@ -17,12 +17,30 @@ import (
 // into a send queue known to be empty. rxe also bounds a window's accesses
 // by the MR it is bound over rather than by the window's range
 // (Device.LendExact).
+//
+// Soft-iWARP (siw) transmits an unsignaled send-queue request of a page or
+// more straight from its buffer, handing the pages to TCP (sendpage, its
+// zcopy_tx default; siw_qp_tx.c), which reads them when it transmits and
+// again for a retransmission. The request completes when TCP took it, and
+// the library, retiring an unsignaled request at a later completion, gives
+// the buffer back (the stream reuses its send buffers, a sent message's Buf
+// goes back to its owner) while TCP may still read it: the peer receives
+// bytes written after the send. A signaled request siw copies instead, so
+// on siw every request of a page or more asks for its completion
+// (Device.SignalFrom; the root's sendqueue.go).
 
 // QuietBind reports whether memory windows must be bound into an empty
 // send queue on d: Soft-RoCE devices, unless the fault tests' control
 // runs turned the rule off (testhooks.RXEBindAnytime).
 func (d *Device) QuietBind() bool {
 	return d.rxe && !testhooks.RXEBindAnytime.Load()
+}
+
+// IsSoftware reports whether the named device has no hardware behind it
+// (Soft-RoCE, Soft-iWARP): no "device" link in sysfs, which a PCI NIC has.
+func IsSoftware(name string) bool {
+	_, err := os.Stat("/sys/class/infiniband/" + name + "/device")
+	return err != nil
 }
 
 // IsSoftRoCE reports whether the named device is a Soft-RoCE (rxe)

@@ -61,8 +61,8 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	streamMiB    = flag.Int("faults.stream-mib", 32, "MiB each way in TestLossyStream")
-	cleanMiB     = flag.Int("faults.clean-mib", 64, "MiB each way in TestCleanStream")
+	streamMiB    = flag.Int("faults.stream-mib", 12, "MiB each way in TestLossyStream")
+	cleanMiB     = flag.Int("faults.clean-mib", 24, "MiB each way in TestCleanStream")
 	msgSizesFlag = flag.String("faults.msg-sizes", "", "message sizes of TestLossyMessages, comma-separated (default: msgSizes)")
 	writesFlag   = flag.Int("faults.writes", slots, "one-sided writes each way in TestLossyMessages (at most 32)")
 	// Rendezvous sizes over a lossy wire hang Soft-RoCE 6.1 when a window
