@@ -239,7 +239,16 @@ func (lc *ListenConfig) listenFallback(ctx context.Context, network, address str
 	}
 	var lastErr error
 	for range tries {
-		rl, rerr := rlc.Listen(ctx, network, ap.String())
+		var rl *Listener
+		var rerr error
+		if ap.Addr().IsLoopback() {
+			// No RDMA device serves loopback (a dial there fails with
+			// ErrNotRDMAAddress), and an iWARP device would hold the port
+			// for TCP: TCP alone.
+			rerr = fmt.Errorf("%w: %s is a loopback address, which no RDMA device serves", ErrNotRDMAAddress, ap.Addr())
+		} else {
+			rl, rerr = rlc.Listen(ctx, network, ap.String())
+		}
 		var noRDMA error
 		port := ap.Port()
 		if rerr != nil {
@@ -505,8 +514,8 @@ func (f *fallbackListener) close() error {
 
 // TCPOnlyReason returns why a listener made with ListenConfig.Fallback
 // listens on TCP alone (rdma_cm could not listen there: ErrNoDevice,
-// ErrNotRDMAAddress), or nil: it listens on rdma_cm too, or it is not a
-// fallback listener.
+// ErrNotRDMAAddress, which a loopback address always is), or nil: it
+// listens on rdma_cm too, or it is not a fallback listener.
 func (l *Listener) TCPOnlyReason() error {
 	if l.fb == nil {
 		return nil

@@ -30,7 +30,8 @@ import (
 	"github.com/verbline/rdma/internal/tcpframe"
 )
 
-// fallbackListen listens with Fallback on 127.0.0.1:0.
+// fallbackListen listens with Fallback on 127.0.0.1:0: TCP alone, since no
+// RDMA device serves loopback, and the listener says so.
 func fallbackListen(t testing.TB, lc ListenConfig) *Listener {
 	t.Helper()
 	lc.Fallback = &Fallback{}
@@ -38,14 +39,44 @@ func fallbackListen(t testing.TB, lc ListenConfig) *Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if os.Getenv("RDMA_TEST_DEVICE") == "" {
-		// No RDMA here: TCP alone, and the listener says so.
-		if ln.Addr().Network() != "tcp" || ln.TCPOnlyReason() == nil || !errors.Is(ln.TCPOnlyReason(), ErrNoDevice) {
+	if ln.Addr().Network() != "tcp" || !errors.Is(ln.TCPOnlyReason(), ErrNotRDMAAddress) {
+		t.Fatalf("fallback listener on loopback: Addr %v (%s), TCPOnlyReason %v; want tcp and ErrNotRDMAAddress",
+			ln.Addr(), ln.Addr().Network(), ln.TCPOnlyReason())
+	}
+	return ln
+}
+
+// TestFallbackListenWithoutRDMA: where rdma_cm cannot listen (no device,
+// a build without cgo) a Fallback listener on the wildcard address listens
+// on TCP alone and says why (ErrNoDevice); with a device it listens on
+// both, except where an iWARP device holds rdma_cm's ports for TCP, which
+// it refuses naming the device (errors.ErrUnsupported).
+func TestFallbackListenWithoutRDMA(t *testing.T) {
+	ln, err := (&ListenConfig{Fallback: &Fallback{}}).Listen(context.Background(), "rdma", "0.0.0.0:0")
+	switch {
+	case os.Getenv("RDMA_TEST_DEVICE") == "":
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if ln.Addr().Network() != "tcp" || !errors.Is(ln.TCPOnlyReason(), ErrNoDevice) {
 			t.Fatalf("fallback listener without RDMA: Addr %v (%s), TCPOnlyReason %v; want tcp and ErrNoDevice",
 				ln.Addr(), ln.Addr().Network(), ln.TCPOnlyReason())
 		}
+	case len(iwarpDevices()) > 0:
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), iwarpDevices()[0]) {
+			t.Fatalf("fallback listener beside an iWARP device: %v, want errors.ErrUnsupported naming it", err)
+		}
+		t.Log(err)
+	default:
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		if ln.Addr().Network() != "rdma" || ln.TCPOnlyReason() != nil {
+			t.Fatalf("fallback listener with RDMA: Addr %v (%s), TCPOnlyReason %v", ln.Addr(), ln.Addr().Network(), ln.TCPOnlyReason())
+		}
 	}
-	return ln
 }
 
 // fallbackPair connects a fallback dialer to a fallback listener.
