@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,6 +19,28 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest"
 	"github.com/verbline/rdma/internal/testhooks"
 )
+
+// udOnDevice reports whether the test device has UD queue pairs. Where it
+// has none (iWARP) it checks that ListenPacket refuses it as documented
+// (errors.ErrUnsupported naming what the device lacks), and the caller's
+// test ends there: that refusal is what the device's users get.
+func udOnDevice(t *testing.T) bool {
+	t.Helper()
+	if testDeviceCaps(t).UD {
+		return true
+	}
+	env := rdmatest.Require(t)
+	p, err := ListenPacket("rdma", net.JoinHostPort(env.Addr, "0"))
+	if err == nil {
+		p.Close()
+		t.Fatal("ListenPacket succeeded on a device without UD queue pairs")
+	}
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "UD queue pairs") {
+		t.Fatalf("ListenPacket on a device without UD: %v (want errors.ErrUnsupported naming what it lacks)", err)
+	}
+	t.Logf("device without UD queue pairs: refused as documented")
+	return false
+}
 
 // listenPacketTest opens a PacketConn on the test device's address with a
 // free port; the test checks for leaks at its end.
@@ -73,6 +96,9 @@ func payload(n int, seed byte) []byte {
 // the limit; the answer needs no address resolution on RoCE (the GRH of
 // the datagram gives the way back); above the limit a clear error.
 func TestPacketEcho(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, b := packetPair(t, nil)
 	if a.LocalAddr().Network() != "rdma" || a.LocalAddr().(*Addr).AddrPort.Port() == 0 {
 		t.Fatalf("LocalAddr %v", a.LocalAddr())
@@ -149,6 +175,9 @@ func TestPacketEcho(t *testing.T) {
 // (InfiniBand, forced here), the answer resolves the sender's address
 // from the address in the datagram header.
 func TestPacketReplyBySIDR(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	testhooks.ReplyBySIDR.Store(true)
 	a, b := packetPair(t, nil)
 	testhooks.ReplyBySIDR.Store(false)
@@ -174,6 +203,9 @@ func TestPacketReplyBySIDR(t *testing.T) {
 }
 
 func TestPacketDeadlines(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, b := packetPair(t, nil)
 	buf := make([]byte, 10)
 	// A deadline in the past fails at once, even with a datagram waiting.
@@ -244,6 +276,9 @@ func TestPacketDeadlines(t *testing.T) {
 // and a WriteTo waiting for an address resolution; afterwards every call
 // fails with net.ErrClosed.
 func TestPacketCloseUnblocks(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	checkLeaksAtEnd(t)
 	p := listenPacketTest(t, nil)
 	errc := make(chan error, 4)
@@ -303,6 +338,9 @@ func TestPacketCloseUnblocks(t *testing.T) {
 // TestPacketRefused: a datagram to a port where no PacketConn listens
 // fails with connection refused (the address resolution is answered so).
 func TestPacketRefused(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	checkLeaksAtEnd(t)
 	env := rdmatest.Require(t)
 	p := listenPacketTest(t, nil)
@@ -339,6 +377,9 @@ func TestPacketRefused(t *testing.T) {
 // without copies (the received buffer is sent back as it is), to many
 // clients at once; each client gets exactly its own datagrams back.
 func TestPacketManyPeers(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	checkLeaksAtEnd(t)
 	const clients, rounds = 12, 20
 	srv := listenPacketTest(t, nil)
@@ -435,6 +476,9 @@ func TestPacketManyPeers(t *testing.T) {
 // (a receiver holding every buffer), and reception resumes once buffers
 // are released; nothing stalls.
 func TestPacketReceiveRing(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, b := packetPair(t, &Config{RecvBuffers: 4})
 	ctx := context.Background()
 	var held []Datagram
@@ -479,6 +523,9 @@ func TestPacketReceiveRing(t *testing.T) {
 // resolve the address again), else by the background resolution of an
 // address not heard from for a TTL.
 func TestPacketPeerRestart(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	ttl := udPeerTTL
 	udPeerTTL = rdmatest.Scale(30 * time.Millisecond)
 	defer func() { udPeerTTL = ttl }()
@@ -547,6 +594,9 @@ func TestPacketPeerRestart(t *testing.T) {
 // the least recently used destination is evicted and resolved again when
 // used again.
 func TestPacketPeerCache(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	checkLeaksAtEnd(t)
 	max := udMaxPeers
 	udMaxPeers = 3
@@ -589,6 +639,9 @@ func TestPacketPeerCache(t *testing.T) {
 // TestPacketZeroAllocs: the copying and the zero-copy forms allocate
 // nothing per datagram once warm.
 func TestPacketZeroAllocs(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	testhooks.TrackAllocations.Store(false)
 	a, b := packetPair(t, nil)
 	testhooks.TrackAllocations.Store(true)

@@ -17,14 +17,12 @@ func (g *Group) AttachTo(p *Poller, h Handler, entries int) (uint32, error) {
 	if err := p.Err(); err != nil {
 		return 0, err
 	}
-	if p.reserved+entries > g.cfg.MaxCQE {
-		return 0, fmt.Errorf("a connection needs %d more completion queue entries; this CQ has %d of %d reserved",
-			entries, p.reserved, g.cfg.MaxCQE)
+	if p.reserved+entries > g.cqRoom(p) {
+		return 0, fmt.Errorf("%w: a connection needs %d more completion queue entries; this CQ has %d of %d reserved",
+			errCQFull, entries, p.reserved, g.cqRoom(p))
 	}
-	if need := p.reserved + entries; need > p.cq.Size {
-		if err := p.cq.Resize(min(max(need, 2*p.cq.Size), g.cfg.MaxCQE)); err != nil {
-			return 0, fmt.Errorf("growing the shared CQ for a new connection: %w", err)
-		}
+	if err := g.growCQ(p, p.reserved+entries); err != nil {
+		return 0, fmt.Errorf("growing the shared CQ for a new connection: %w", err)
 	}
 	p.reserved += entries
 	return p.handlers.add(h), nil

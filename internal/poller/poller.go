@@ -129,6 +129,44 @@ type Group struct {
 	pollers []*Poller
 	claims  []*cpuClaim
 	closed  bool
+	// fixedCQ: the device cannot resize a CQ (Soft-iWARP: EOPNOTSUPP), so a
+	// CQ holds what it was created with and new ones are made large
+	// (fixedCQSize); learnt at the first refused resize.
+	fixedCQ bool
+}
+
+// fixedCQSize is the size of the CQs made once the device has refused to
+// resize one: room for about 200 connections of the default Config.
+const fixedCQSize = 1 << 16
+
+// errCQFull: a poller's CQ cannot take a connection's entries.
+var errCQFull = errors.New("completion queue full")
+
+// cqRoom is how many entries p's CQ can come to hold: the device's cap, or
+// its size where CQs cannot be resized. Called with g.mu held.
+func (g *Group) cqRoom(p *Poller) int {
+	if g.fixedCQ {
+		return p.cq.Size
+	}
+	return g.cfg.MaxCQE
+}
+
+// growCQ makes p's CQ hold need entries. Where the device refuses to resize
+// a CQ it records that (fixedCQ) and returns errCQFull: the caller takes
+// another CQ. Called with g.mu held.
+func (g *Group) growCQ(p *Poller, need int) error {
+	if need <= p.cq.Size {
+		return nil
+	}
+	if g.fixedCQ {
+		return errCQFull
+	}
+	err := p.cq.Resize(min(max(need, 2*p.cq.Size), g.cfg.MaxCQE))
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		g.fixedCQ = true
+		return errCQFull
+	}
+	return err
 }
 
 // NewGroup starts cfg.Pollers pollers on ctx.
@@ -186,7 +224,11 @@ func newPoller(g *Group, ctx *verbs.Context, cpu int) (_ *Poller, err error) {
 	if p.ch, err = ctx.CreateCompChannel(); err != nil {
 		return nil, err
 	}
-	if p.cq, err = ctx.CreateCQ(g.cfg.CQSize, p.ch); err != nil {
+	size := g.cfg.CQSize
+	if g.fixedCQ {
+		size = min(max(size, fixedCQSize), g.cfg.MaxCQE)
+	}
+	if p.cq, err = ctx.CreateCQ(size, p.ch); err != nil {
 		p.ch.Close()
 		return nil, err
 	}
@@ -218,32 +260,36 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 		return nil, 0, fmt.Errorf("a connection needs %d completion queue entries; the device allows %d per CQ "+
 			"(lower Config.RecvBuffers and SendBuffers)", entries, g.cfg.MaxCQE)
 	}
-	var best *Poller
-	for _, p := range g.pollers {
-		if p.reserved+entries > g.cfg.MaxCQE || p.Err() != nil {
-			continue // full (its CQ cannot grow that far), or failed
+	for {
+		var best *Poller
+		for _, p := range g.pollers {
+			if p.reserved+entries > g.cqRoom(p) || p.Err() != nil {
+				continue // full (its CQ cannot grow that far), or failed
+			}
+			if best == nil || p.handlers.count < best.handlers.count {
+				best = p
+			}
 		}
-		if best == nil || p.handlers.count < best.handlers.count {
+		if best == nil {
+			// Every CQ is at its limit: add a poller with a CQ of its own
+			// (not pinned: the cores were claimed for the first ones).
+			p, err := newPoller(g, g.ctx, -1)
+			if err != nil {
+				return nil, 0, fmt.Errorf("adding a completion queue for a new connection: %w", err)
+			}
+			g.pollers = append(g.pollers, p)
 			best = p
 		}
-	}
-	if best == nil {
-		// Every CQ is at the device's limit: add a poller with a CQ of its
-		// own (not pinned: the cores were claimed for the first ones).
-		p, err := newPoller(g, g.ctx, -1)
-		if err != nil {
-			return nil, 0, fmt.Errorf("adding a completion queue for a new connection: %w", err)
+		err := g.growCQ(best, best.reserved+entries)
+		if err == errCQFull {
+			continue // the device cannot resize CQs: look again, now with their sizes as their limits
 		}
-		g.pollers = append(g.pollers, p)
-		best = p
-	}
-	if need := best.reserved + entries; need > best.cq.Size {
-		if err := best.cq.Resize(min(max(need, 2*best.cq.Size), g.cfg.MaxCQE)); err != nil {
+		if err != nil {
 			return nil, 0, fmt.Errorf("growing the shared CQ for a new connection: %w", err)
 		}
+		best.reserved += entries
+		return best, best.handlers.add(h), nil
 	}
-	best.reserved += entries
-	return best, best.handlers.add(h), nil
 }
 
 // Fail records that the poller cannot go on (the first error wins): it
