@@ -63,6 +63,28 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
+// qpPoolOnDevice reports whether the test device's QPs can be pooled.
+// Where the CM connects the QP itself (iWARP: Caps.CMConnectsQP) a QP stays
+// tied to its connection: it checks that closing c pools nothing, and the
+// caller's test ends there.
+func qpPoolOnDevice(t *testing.T, c *Conn) bool {
+	t.Helper()
+	d := c.dev
+	if !d.Caps.CMConnectsQP {
+		return true
+	}
+	st0, _ := poolStats(d)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(rdmatest.Scale(200 * time.Millisecond))
+	if st, n := poolStats(d); n != 0 || st.Returned != st0.Returned || st.Reused != st0.Reused {
+		t.Fatalf("a QP the CM connected was pooled: stats %+v (before %+v), %d pooled", st, st0, n)
+	}
+	t.Logf("device %s: the CM connects QPs, none is pooled", d.Name())
+	return false
+}
+
 // dialEcho dials ln, checks one echo and returns the connection. The
 // test's end closes it (Close is idempotent) before the echo server is
 // waited for, so a test that fails with a connection open does not hang.
@@ -100,6 +122,9 @@ func heldDevice(t *testing.T) (*Listener, *Conn) {
 func TestQPPoolReuse(t *testing.T) {
 	checkLeaksAtEnd(t)
 	ln, keep := heldDevice(t)
+	if !qpPoolOnDevice(t, keep) {
+		return
+	}
 	d := keep.dev
 	st0, _ := poolStats(d)
 
@@ -163,6 +188,9 @@ func TestQPPoolReuse(t *testing.T) {
 func TestQPPoolNotBeforeTimewait(t *testing.T) {
 	checkLeaksAtEnd(t)
 	ln, keep := heldDevice(t)
+	if !qpPoolOnDevice(t, keep) {
+		return
+	}
 	d := keep.dev
 
 	for i := range 3 {
@@ -224,6 +252,10 @@ func TestQPPoolNotBeforeTimewait(t *testing.T) {
 func TestQPPoolCrossedDisconnect(t *testing.T) {
 	client, server, ln := connPair(t, nil)
 	defer ln.Close()
+	if !qpPoolOnDevice(t, client) {
+		server.Close()
+		return
+	}
 	for i := 0; i < 3; i++ { // traffic first: the QPs are in use
 		if _, err := client.Write([]byte("ping")); err != nil {
 			t.Fatal(err)
@@ -270,6 +302,9 @@ func TestQPPoolCrossedDisconnect(t *testing.T) {
 func TestQPPoolFailedConnReset(t *testing.T) {
 	checkLeaksAtEnd(t)
 	ln, keep := heldDevice(t)
+	if !qpPoolOnDevice(t, keep) {
+		return
+	}
 	d := keep.dev
 	st0, _ := poolStats(d)
 
@@ -333,6 +368,14 @@ func TestQPPoolBoundedAndDrained(t *testing.T) {
 	var conns []*Conn
 	for i := range 4 {
 		conns = append(conns, dialEcho(t, ln, i))
+	}
+	if !qpPoolOnDevice(t, conns[0]) {
+		for _, c := range conns {
+			c.Close()
+		}
+		ln.Close()
+		wg.Wait()
+		return
 	}
 	d := conns[0].dev
 	d.QPMax.Store(3)
