@@ -69,11 +69,12 @@ func (c *engine) sqPushLocked(wr *verbs.SendWR, kind uint64, idx int, force bool
 	// 1.1 peer), and Close waits for every request to retire: signal them
 	// all.
 	// SignalFrom: a provider that may read a large request's buffer after an
-	// unsignaled completion (Soft-iWARP: internal/device's quirks.go).
+	// unsignaled completion (Soft-iWARP: internal/device's quirks.go); the
+	// trailer (set above) counts in its length.
 	// A READ on a device whose sends complete locally must complete
 	// itself: a later request's completion does not mean it is done.
 	if force || c.stream.finSent || c.sendq.unsig+1 >= signalEvery || c.sqLowLocked() ||
-		c.dev.SignalFrom > 0 && int(wr.Len) >= c.dev.SignalFrom || read && c.dev.Caps.SendsCompleteLocally {
+		c.dev.SignalFrom > 0 && int(wr.Len+wr.TailLen) >= c.dev.SignalFrom || read && c.dev.Caps.SendsCompleteLocally {
 		wr.Flags |= verbs.SendSignaled
 		c.sendq.unsig = 0
 		c.sendq.asyncUnsig = false
