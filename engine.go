@@ -40,6 +40,10 @@ type engine struct {
 	peerBufSize  int   // payload room of a send: the peer's receive buffer size, capped by ours (less a trailer)
 	inlineMax    int   // the largest payload sent inline (the QP's inline room, less a trailer)
 	trailers     bool  // headers travel in trailers, not immediate data (trailer.go)
+	// windows: large messages and exports are lent through type 2 memory
+	// windows (the device has them, and no test turned them off:
+	// forceNoWindows); else through registrations of exactly their bytes.
+	windows bool
 	// features are the optional protocol features both sides announced
 	// (docs/protocol.md): only these may be used.
 	features   wire.Features
@@ -126,6 +130,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	// find the count (else Close waits its whole flush timeout).
 	c.recvPosted = len(ep.recv)
 	c.dev = ep.dev
+	c.windows = c.dev.Caps.MemoryWindows && !forceNoWindows.Load()
 	c.initMessages()
 	c.dev.Add(c.member())
 	return conn, nil

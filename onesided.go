@@ -55,7 +55,7 @@ type exported struct {
 func (e *Export) open(rights verbs.AccessFlags) error {
 	c, b := e.c, e.buf
 	var err error
-	if !c.dev.Caps.MemoryWindows {
+	if !c.windows {
 		if e.mr, err = c.dev.PD.RegMR(b.Bytes(), verbs.AccessLocalWrite|rights); err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/hints"
@@ -167,6 +168,11 @@ func (c *engine) initRendezvousOut() {
 	c.rdv.sending = make([]bool, c.ep.maxMsgs)
 }
 
+// forceNoWindows, set by tests, makes new connections lend large messages
+// and exports through registrations of exactly their bytes, as on a device
+// without memory windows, so that path runs on devices that have them.
+var forceNoWindows atomic.Bool
+
 // lendRegistration registers exactly b's bytes: on a device without
 // memory windows with remote read, as what the peer reads through; on
 // devices that bound a window's accesses by its MR (LendExact) for a
@@ -175,7 +181,7 @@ func (c *engine) initRendezvousOut() {
 func (c *engine) lendRegistration(b buffer.Buf) (*verbs.MR, error) {
 	access := verbs.AccessLocalWrite | verbs.AccessMWBind
 	switch {
-	case !c.dev.Caps.MemoryWindows:
+	case !c.windows:
 		access = verbs.AccessLocalWrite | verbs.AccessRemoteRead
 	case !c.dev.LendExact:
 		return nil, nil
@@ -196,7 +202,7 @@ func (c *engine) sendRendezvousLocked(b buffer.Buf, slot int, exact *verbs.MR) e
 	c.initRendezvousOut()
 	c.closeLendMRLocked(slot) // a failed send's, if one is left
 	c.rdv.mr[slot] = exact
-	if !c.dev.Caps.MemoryWindows {
+	if !c.windows {
 		return c.announceRendezvousLocked(b, slot, exact.RKey, false)
 	}
 	mw := c.rdv.mw[slot]
@@ -277,7 +283,7 @@ func (c *engine) rendezvousDoneLocked(id uint32) {
 		return
 	}
 	c.rdv.sending[id] = false
-	if !c.dev.Caps.MemoryWindows {
+	if !c.windows {
 		// Lent through a registration of its own (no windows): revoked by
 		// deregistering it, and the send is over.
 		c.rdv.out--

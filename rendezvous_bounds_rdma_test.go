@@ -30,6 +30,19 @@ func heldAnnouncements(t *testing.T) <-chan wire.Rendezvous {
 	return got
 }
 
+// eachLendMode runs f with large messages lent through memory windows,
+// where the test device has them, and through registrations of exactly
+// the message (forceNoWindows, as on a device without windows).
+func eachLendMode(t *testing.T, f func(t *testing.T)) {
+	if testDeviceCaps(t).MemoryWindows {
+		t.Run("windows", f)
+	}
+	t.Run("registrations", func(t *testing.T) {
+		defer forceNoWindows.Store(forceNoWindows.Swap(true))
+		f(t)
+	})
+}
+
 // resumeHeld lets s read the large messages held by holdRendezvous.
 func resumeHeld(s *Conn) {
 	s.mu.Lock()
@@ -74,7 +87,10 @@ func sendHeldLarge(t *testing.T, ctx context.Context, c *Conn, got <-chan wire.R
 // inside the arena every connection on the device shares) and the bytes
 // before it are refused by the sender's NIC, on Soft-RoCE too, where a
 // window's accesses are bounded by the MR it is bound over.
-func TestRendezvousReachesOnlyTheMessage(t *testing.T) {
+// Both ways of lending are checked (eachLendMode).
+func TestRendezvousReachesOnlyTheMessage(t *testing.T) { eachLendMode(t, reachesOnlyTheMessage) }
+
+func reachesOnlyTheMessage(t *testing.T) {
 	got := heldAnnouncements(t)
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
 	defer cancel()
@@ -128,7 +144,10 @@ func TestRendezvousReachesOnlyTheMessage(t *testing.T) {
 
 // TestRendezvousKeyDiesWhenDone: once the receiver has read a large message
 // and the sender has its completion, the message's key reads nothing.
-func TestRendezvousKeyDiesWhenDone(t *testing.T) {
+// Both ways of lending are checked (eachLendMode).
+func TestRendezvousKeyDiesWhenDone(t *testing.T) { eachLendMode(t, keyDiesWhenDone) }
+
+func keyDiesWhenDone(t *testing.T) {
 	got := heldAnnouncements(t)
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
 	defer cancel()
