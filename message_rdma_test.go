@@ -621,10 +621,8 @@ func checkFill(t *testing.T, p []byte, seed, want int) {
 // in order among small ones (a small one sent behind a large one waits for
 // it), PostSend reports a large send when the peer has read it and the
 // sender's buffer is back in the pool, and Close delivers a large message
-// sent just before it. Both ways of lending are checked (eachLendMode).
-func TestLargeMessages(t *testing.T) { eachLendMode(t, largeMessages) }
-
-func largeMessages(t *testing.T) {
+// sent just before it.
+func TestLargeMessages(t *testing.T) {
 	cfg := &Config{RecvBuffers: 16, BufferSize: 4096}
 	c, s, ln := connPair(t, cfg)
 	defer ln.Close()
