@@ -193,8 +193,8 @@ func (c *Conn) QPInfo() (QPInfo, error) {
 
 // MaxMessageSize is the largest message Send accepts. Up to the peer's
 // receive buffer size a message is sent into a receive buffer; above it
-// (up to the largest pool buffer, 4 MiB by default, on devices with memory
-// windows) the peer reads it from the sender's buffer with one RDMA READ.
+// (up to the largest pool buffer, 4 MiB by default) the peer reads it from
+// the sender's buffer with one RDMA READ.
 // Either way it arrives whole and is never copied.
 func (c *Conn) MaxMessageSize() int {
 	if c.tcp != nil {

@@ -68,9 +68,8 @@
 // would (the stream and the messages share the credits). A message larger
 // than the peer's receive buffers (Config.BufferSize, 32 KiB by default) is
 // not split: the peer reads it from the sender's Buf with one RDMA READ, so
-// it too arrives whole, up to [Conn.MaxMessageSize] (4 MiB by default, on
-// devices with type 2 memory windows; else the receive buffer size). A larger
-// Send fails with [ErrMessageTooLarge]. [Conn.PostSend] is Send whose end
+// it too arrives whole, up to [Conn.MaxMessageSize] (4 MiB by default). A
+// larger Send fails with [ErrMessageTooLarge]. [Conn.PostSend] is Send whose end
 // also arrives on [Conn.Completions].
 //
 // # One-sided access
