@@ -432,6 +432,7 @@ func (c *engine) awaitBuffer(idx, n int, charged bool) {
 			c.dev.PutLendMR(sink)
 			sink = nil
 			b.Free()
+			c.dev.BufReturned() // the device may be waiting for its last buffer
 			err = hints.RegistrationError(rerr, n, fmt.Sprintf("registering a %d-byte message's landing buffer", n))
 		}
 	}
