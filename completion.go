@@ -4,7 +4,6 @@ package rdma
 
 import (
 	"fmt"
-	"syscall"
 	"time"
 
 	"github.com/verbline/rdma/buffer"
@@ -285,7 +284,7 @@ func (c *engine) recvFailedLocked(wc *verbs.WC) {
 		// The QP went to ERR (our close, or the peer's disconnect): after the
 		// data already received, a reader sees the end.
 		if c.stream.rerr == nil && !c.stream.eof {
-			c.stream.rerr = syscall.ECONNRESET
+			c.stream.rerr = c.brokenErrLocked()
 		}
 		c.qpDownLocked()
 		return
@@ -299,7 +298,7 @@ func (c *engine) sendFailedLocked(wc *verbs.WC) {
 	}
 	if wc.Status == verbs.WCWRFlushErr {
 		if c.stream.werr == nil {
-			c.stream.werr = syscall.ECONNRESET
+			c.stream.werr = c.brokenErrLocked()
 		}
 		c.qpDownLocked()
 		return

@@ -177,7 +177,7 @@ func (e *endpoint) takeQP(h poller.Handler, st *cmsetup.Steps) error {
 	st.Step("attach poller")
 	qpc := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: p.CQ(), RecvCQ: p.CQ(),
 		SendWR: shape.SendWR, RecvWR: shape.RecvWR, InlineData: shape.Inline, IWARP: e.dev.Caps.CMConnectsQP}
-	if e.qp, qpc, err = device.CreateQP(e.dev.PD.CreateQP, qpc); err != nil {
+	if e.qp, qpc, err = device.CreateQP(e.dev.PD.CreateQP, qpc, &e.dev.InlineGranted); err != nil {
 		return err
 	}
 	e.shape = device.QPShape{SendWR: qpc.SendWR, RecvWR: qpc.RecvWR, Inline: qpc.InlineData}

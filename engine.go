@@ -356,6 +356,18 @@ func (c *engine) failLocked(err error) {
 	}
 }
 
+// brokenErrLocked is why a connection that the peer or the transport ended
+// (a disconnect, a flush) ended: ECONNRESET, or the port's error if its
+// port is down (the connection's end may come before the port's event).
+func (c *engine) brokenErrLocked() error {
+	if c.dev != nil {
+		if err := c.dev.PortDown(c.port); err != nil {
+			return err
+		}
+	}
+	return syscall.ECONNRESET
+}
+
 // disconnectLocked sends the peer a disconnect request, once, while the
 // rdma_cm id exists (release destroys it after setting c.released). The
 // peer's connection ends with ECONNRESET, or with end-of-stream if ours
@@ -406,7 +418,7 @@ func (c *engine) eventLoop(ctx context.Context) {
 					"or a fatal device error): dial again once a device serves the address"})
 			}
 			if c.stream.werr == nil {
-				c.stream.werr = syscall.ECONNRESET
+				c.stream.werr = c.brokenErrLocked()
 			}
 			// Receives completed before the disconnect stay readable; the
 			// flush marks the end (io.EOF if the peer sent end-of-stream).

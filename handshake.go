@@ -102,6 +102,29 @@ func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, he
 	}
 }
 
+// awaitFirstMessage waits, on the passive side of a device where the
+// connecting side must send first (iWARP), for the dialer's first message
+// (heard), ending early if the dialer disconnects instead: a dialer that
+// refused this side's Hello can no longer reject once the CM connected the
+// QPs, so it disconnects.
+func awaitFirstMessage(ctx context.Context, ch *rdmacm.Channel, heard context.Context, transport fmt.Stringer) error {
+	for heard.Err() == nil {
+		ev, err := cmsetup.WaitEvent(heard, ch)
+		if err != nil {
+			break // heard (or ctx, from which it derives) is done
+		}
+		if ev.Type == rdmacm.EventDisconnected {
+			return fmt.Errorf("%w: the dialer disconnected before sending anything (it may have refused this "+
+				"side's Hello: see its error)", ErrHandshake)
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: the dialer sent nothing after establishing, and on this device (%s) "+
+			"the connecting side must send first: %w", ErrHandshake, transport, context.Cause(ctx))
+	}
+	return nil
+}
+
 // dialConn runs the active side: resolve address and route, create the QP
 // (INIT), send our hello in the connect request, and on the listener's answer
 // validate its hello, move the QP to RTR and RTS and establish.
@@ -372,14 +395,13 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if cmQP {
 		ep.connectedByCM()
 	}
-	if c.dev.Caps.ActiveSendsFirst && c.features&wire.FeatureControlReserve != 0 {
+	if c.dev.Caps.ActiveSendsFirst {
 		// This side may send only once the dialer has (iWARP's MPA): the
-		// dialer's first message comes at once (confirmEstablished).
-		select {
-		case <-heard.Done():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: the dialer sent nothing after establishing, and on this device (%s) "+
-				"the connecting side must send first: %w", ErrHandshake, c.dev.Caps.Transport, context.Cause(ctx))
+		// dialer's first message comes at once (confirmEstablished; every
+		// dialer on such a device speaks 1.4, whose trailers it needs, and
+		// so has the control-message reserve that message uses).
+		if err = awaitFirstMessage(ctx, ch, heard, c.dev.Caps.Transport); err != nil {
+			return nil, err
 		}
 	}
 	c.mu.Lock()

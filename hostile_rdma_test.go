@@ -17,23 +17,90 @@ import (
 	"github.com/verbline/rdma/internal/cmsetup"
 	"github.com/verbline/rdma/internal/rdmacm"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
 
 // halfOpen is a raw dialer that sends a valid connect request and then
 // never finishes the handshake (no QP behind it, no RTU): what a SYN flood
-// is to TCP.
+// is to TCP. Where the CM connects the QPs itself (iWARP) a connect needs
+// a real QP, and the handshake ends at the dialer's first message, which
+// it never sends.
 type halfOpen struct {
 	ch *rdmacm.Channel
 	id *rdmacm.ID
+	qp *verbs.QP // iWARP only
 }
 
 var fakeQPN uint32 = 0x4000
 
+// rawQPs makes the half-open dialers' QPs on a device where the CM
+// connects QPs (iWARP); nil elsewhere. Made before a test counts what the
+// process holds (its device context holds descriptors), closed at the
+// test's end.
+type rawQPs struct {
+	ctx *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	lim verbs.PortLimits
+}
+
+func newRawQPs(t *testing.T) *rawQPs {
+	t.Helper()
+	if !testDeviceCaps(t).CMConnectsQP {
+		return nil
+	}
+	ctx, err := verbs.OpenDevice(rdmatest.Require(t).Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rawQPs{ctx: ctx}
+	t.Cleanup(func() {
+		if r.cq != nil {
+			r.cq.Close()
+		}
+		if r.pd != nil {
+			r.pd.Close()
+		}
+		ctx.Close()
+	})
+	attr, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := ctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.lim = port.Limits(attr)
+	if r.pd, err = ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if r.cq, err = ctx.CreateCQ(256, nil); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// qp returns a new QP in INIT, as an iWARP connect needs.
+func (r *rawQPs) qp(t *testing.T) *verbs.QP {
+	t.Helper()
+	qp, err := r.pd.CreateQP(verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: r.cq, RecvCQ: r.cq, SendWR: 2, RecvWR: 2, IWARP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.StateInit, AccessFlags: verbs.AccessLocalWrite},
+		verbs.AttrState|verbs.AttrAccessFlags, r.lim); err != nil {
+		qp.Close()
+		t.Fatal(err)
+	}
+	return qp
+}
+
 // openHalf sends the connect request. Each gets its own (made-up) QP
 // number: the CM refuses a request naming a QP it already has a
-// connection for as stale.
-func openHalf(t *testing.T, addr string) *halfOpen {
+// connection for as stale. With raw (iWARP), the QP is real.
+func openHalf(t *testing.T, addr string, raw *rawQPs) *halfOpen {
 	t.Helper()
 	ch, err := rdmacm.NewChannel()
 	if err != nil {
@@ -44,7 +111,7 @@ func openHalf(t *testing.T, addr string) *halfOpen {
 		ch.Close()
 		t.Fatal(err)
 	}
-	h := &halfOpen{ch, id}
+	h := &halfOpen{ch: ch, id: id}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(5*time.Second))
 	defer cancel()
 	step := func(err error, want rdmacm.EventType) {
@@ -60,12 +127,18 @@ func openHalf(t *testing.T, addr string) *halfOpen {
 	step(id.ResolveAddr(netip.AddrPort{}, netip.MustParseAddrPort(addr), 2000), rdmacm.EventAddrResolved)
 	step(id.ResolveRoute(2000), rdmacm.EventRouteResolved)
 	fakeQPN++
-	// It speaks trailers, so a listener that needs them (iWARP,
-	// RDMA_TEST_TRAILERS) holds it as long as any other.
+	qpn := fakeQPN
+	if raw != nil {
+		h.qp = raw.qp(t)
+		qpn = h.qp.Num
+	}
+	// It announces what a dialer of this version does (trailers: a
+	// listener that needs them, iWARP or RDMA_TEST_TRAILERS, holds it as
+	// long as any other).
 	hello := wire.Hello{Version: wire.Version, Minor: wire.Minor, Credits: 64, RecvBufSize: 32 << 10, MaxMsgSize: 32 << 10,
-		Features: wire.FeatureTrailers}
+		Features: wire.FeatureTrailers | wire.FeatureControlReserve}
 	if err := id.Connect(rdmacm.ConnParam{PrivateData: hello.AppendTo(nil), RetryCount: 7, RNRRetryCount: 6,
-		QPNum: fakeQPN}); err != nil {
+		QPNum: qpn, Blocking: raw != nil}); err != nil {
 		h.close()
 		t.Fatal(err)
 	}
@@ -75,6 +148,9 @@ func openHalf(t *testing.T, addr string) *halfOpen {
 func (h *halfOpen) close() {
 	h.id.Destroy()
 	h.ch.Close()
+	if h.qp != nil {
+		h.qp.Close()
+	}
 }
 
 // held is what a listener holds for its handshakes in progress: QPs,
@@ -96,9 +172,9 @@ func holding(t *testing.T) held {
 
 // listenerHeld is what the listener holds in now beyond base, with raw
 // dialers open: each of them holds one cm_id and one event channel (two
-// descriptors) of its own, no QP and no goroutine.
-func listenerHeld(now, base held, raw int) held {
-	return held{qp: now.qp - base.qp, cmID: now.cmID - base.cmID - raw, fd: now.fd - base.fd - 2*raw, g: now.g - base.g}
+// descriptors) of its own, and no goroutine; rawQPs of them hold a QP.
+func listenerHeld(now, base held, raw, rawQPs int) held {
+	return held{qp: now.qp - base.qp - rawQPs, cmID: now.cmID - base.cmID - raw, fd: now.fd - base.fd - 2*raw, g: now.g - base.g}
 }
 
 // TestHalfOpenFlood: Backlog + 20 dialers that never finish their
@@ -116,12 +192,19 @@ func TestHalfOpenFlood(t *testing.T) {
 	defer c.Close()
 	defer s.Close()
 	addr := ln.Addr().String()
+	raw := newRawQPs(t)
 	var flood []*halfOpen
 	defer func() {
 		for _, h := range flood {
 			h.close()
 		}
 	}()
+	rawQPs := func() int {
+		if raw == nil {
+			return 0
+		}
+		return len(flood)
+	}
 	inProgress := func() int {
 		ln.mu.Lock()
 		defer ln.mu.Unlock()
@@ -130,27 +213,27 @@ func TestHalfOpenFlood(t *testing.T) {
 	base := holding(t)
 	// What one half-open handshake holds, once it waits for the dialer's
 	// RTU (its QP is created before the listener accepts).
-	flood = append(flood, openHalf(t, addr))
+	flood = append(flood, openHalf(t, addr, raw))
 	for deadline := time.Now().Add(rdmatest.Scale(5 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
-		if one := listenerHeld(holding(t), base, len(flood)); inProgress() == 1 && one.qp == 1 {
+		if one := listenerHeld(holding(t), base, len(flood), rawQPs()); inProgress() == 1 && one.qp == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("one half-open dialer: %d handshakes in progress, listener holds %+v", inProgress(), listenerHeld(holding(t), base, len(flood)))
+			t.Fatalf("one half-open dialer: %d handshakes in progress, listener holds %+v", inProgress(), listenerHeld(holding(t), base, len(flood), rawQPs()))
 		}
 	}
-	one := listenerHeld(holding(t), base, len(flood))
+	one := listenerHeld(holding(t), base, len(flood), rawQPs())
 	t.Logf("one half-open handshake holds %+v", one)
 	bound := held{qp: backlog * one.qp, cmID: backlog * one.cmID, fd: backlog * one.fd, g: backlog*max(one.g, 1) + 2}
 	floodStart := time.Now()
 	for len(flood) < backlog+20 {
-		flood = append(flood, openHalf(t, addr))
+		flood = append(flood, openHalf(t, addr, raw))
 	}
 	// The dropped handshakes end at once, not at their HandshakeTimeout:
 	// well within it, the listener holds no more than the bound.
 	var now held
 	for deadline := floodStart.Add(cfg.HandshakeTimeout / 2); ; time.Sleep(20 * time.Millisecond) {
-		now = listenerHeld(holding(t), base, len(flood))
+		now = listenerHeld(holding(t), base, len(flood), rawQPs())
 		if now.qp <= bound.qp && now.cmID <= bound.cmID && now.fd <= bound.fd && now.g <= bound.g {
 			break
 		}
@@ -189,7 +272,7 @@ func TestHalfOpenFlood(t *testing.T) {
 	}
 	// More half-opens keep dropping the oldest.
 	for i := 0; i < 10; i++ {
-		flood = append(flood, openHalf(t, addr))
+		flood = append(flood, openHalf(t, addr, raw))
 	}
 	ln.mu.Lock()
 	n, more := len(ln.halfOpen), ln.dropped-dropped
@@ -224,6 +307,7 @@ func TestCloseEndsHalfOpen(t *testing.T) {
 	checkLeaksAtEnd(t)
 	ln := listenTest(t, &Config{HandshakeTimeout: time.Minute})
 	addr := ln.Addr().String()
+	raw := newRawQPs(t)
 	var flood []*halfOpen
 	defer func() {
 		for _, h := range flood {
@@ -231,7 +315,7 @@ func TestCloseEndsHalfOpen(t *testing.T) {
 		}
 	}()
 	for range 4 {
-		flood = append(flood, openHalf(t, addr))
+		flood = append(flood, openHalf(t, addr, raw))
 	}
 	deadline := time.Now().Add(rdmatest.Scale(10 * time.Second))
 	for {

@@ -10,6 +10,12 @@ import (
 // (each side's own, see Config.AckTimeout), what rdma_cm negotiated, and
 // the queue pair's live state. It is for debugging; [Conn.QPInfo] returns
 // it, and its String is one line for a log.
+//
+// An iWARP device (Soft-iWARP, Chelsio, Intel E810 in iWARP mode) holds
+// none of InfiniBand's transport attributes: there DestQPN, the timers,
+// the retry counts, the PSNs, ServiceLevel and TrafficClass read zero
+// (TCP retransmits; docs/devices.md), and State is the library's record
+// of the QP (the device reports none).
 type QPInfo struct {
 	QPN     uint32 // this side's QP number
 	DestQPN uint32 // the peer's QP number

@@ -62,6 +62,11 @@ func TestQPInfoSettings(t *testing.T) {
 	ci, si := qpInfo(t, client), qpInfo(t, server)
 	t.Logf("dialer:   %v", ci)
 	t.Logf("listener: %v", si)
+	if client.dev.Caps.CMConnectsQP {
+		iwarpQPInfo(t, "dialer", ci, client)
+		iwarpQPInfo(t, "listener", si, server)
+		return
+	}
 	check := func(side string, info, peer QPInfo, c *Conn, cfg Config) {
 		t.Helper()
 		for _, f := range []struct {
@@ -128,6 +133,27 @@ func TestQPInfoSettings(t *testing.T) {
 		ci.SendPSN, ci.RecvPSN, si.SendPSN, si.RecvPSN)
 }
 
+// iwarpQPInfo checks a QPInfo of an iWARP connection as QPInfo documents
+// it: the library's state and the device's capacities, none of
+// InfiniBand's transport attributes (the Config's are not applied: TCP
+// retransmits), and the port's MTU.
+func iwarpQPInfo(t *testing.T, side string, info QPInfo, c *Conn) {
+	t.Helper()
+	want := QPInfo{QPN: c.ep.qp.Num, State: "RTS", PathMTU: c.ep.lim.ActiveMTU.Bytes(), MinRNRTimer: rnrTimerOf(0),
+		MaxInline: info.MaxInline, MaxSendWR: info.MaxSendWR, MaxRecvWR: info.MaxRecvWR,
+		MaxRdAtomic: info.MaxRdAtomic, MaxDestRdAtomic: info.MaxDestRdAtomic}
+	if info != want {
+		t.Errorf("%s on iWARP: %+v, want %+v", side, info, want)
+	}
+	// siw reports its device limit, not what the QP was created with.
+	if info.MaxInline < c.ep.maxInline {
+		t.Errorf("%s on iWARP: max_inline %d below the %d the library sends inline", side, info.MaxInline, c.ep.maxInline)
+	}
+	if info.MaxSendWR == 0 || info.MaxRecvWR == 0 {
+		t.Errorf("%s on iWARP: queue depths %d and %d, want the device's", side, info.MaxSendWR, info.MaxRecvWR)
+	}
+}
+
 // The zero Config's settings as the QP holds them (logged:
 // docs/troubleshooting.md quotes them): retry_cnt and rnr_retry 6,
 // rdma_cm's ack timeout and RNR NAK timer, the port's MTU.
@@ -139,6 +165,10 @@ func TestQPInfoDefaults(t *testing.T) {
 	for _, c := range []*Conn{client, server} {
 		info := qpInfo(t, c)
 		t.Logf("%v", info)
+		if c.dev.Caps.CMConnectsQP {
+			iwarpQPInfo(t, "defaults", info, c)
+			continue
+		}
 		if info.State != "RTS" || info.RetryCount != 6 || info.RNRRetry != 6 || info.TimeoutExp != c.ep.ackTimeoutSet ||
 			info.PathMTU != c.ep.lim.ActiveMTU.Bytes() || info.ServiceLevel != 0 || info.TrafficClass != 0 {
 			t.Errorf("defaults: %+v (ack timeout set n=%d, active MTU %v)", info, c.ep.ackTimeoutSet, c.ep.lim.ActiveMTU)
@@ -156,7 +186,8 @@ func TestQPInfoDefaults(t *testing.T) {
 // A one-sided write with a key the peer never issued fails on the peer's
 // NIC: the error names the status as ibv_wc_status_str does, the operation
 // (from the work request: a failed completion's opcode is not valid) and
-// the QP; the QP is then in ERR, as QPInfo shows.
+// the QP; the QP is then in ERR, as QPInfo shows. (On iWARP the write
+// completes once TCP took it and the peer's device ends the connection.)
 func TestCompletionErrorNamesOperation(t *testing.T) {
 	c, s, ln := connPair(t, nil)
 	defer ln.Close()
@@ -177,6 +208,20 @@ func TestCompletionErrorNamesOperation(t *testing.T) {
 	defer local.Release()
 	err = c.WriteRemote(ctx, local, bad, 0)
 	t.Logf("write with a bad rkey: %v", err)
+	if c.dev.Caps.SendsCompleteLocally {
+		// iWARP: the write completes once TCP took it; the peer's device
+		// refuses it and ends the connection (docs/devices.md).
+		waitFor(t, "the QP to reach ERR", func() bool {
+			info, err := c.QPInfo()
+			return err == nil && info.State == "ERR"
+		})
+		if err := c.WriteRemote(ctx, local, exp.Remote(), 0); err == nil {
+			t.Fatal("a write after the peer's device refused one succeeded: the connection did not end")
+		} else {
+			t.Logf("the next write: %v", err)
+		}
+		return
+	}
 	var oe *net.OpError
 	if !errors.Is(err, ErrRemoteAccess) || !errors.As(err, &oe) || oe.Op != "write remote" {
 		t.Fatalf("got %v, want ErrRemoteAccess in a write remote *net.OpError", err)
@@ -219,6 +264,16 @@ func TestCompletionErrorNamesAsyncRead(t *testing.T) {
 		t.Fatal("no completion")
 	}
 	t.Logf("read with a bad rkey: %v", done.Err)
+	if c.dev.Caps.SendsCompleteLocally {
+		// iWARP: the peer's device terminates the connection, which
+		// flushes the read (docs/devices.md).
+		want := fmt.Sprintf("RDMA read on QP 0x%x failed: ", c.ep.qp.Num)
+		if done.ID != 77 || done.Err == nil || !strings.Contains(done.Err.Error(), want) ||
+			!errors.Is(done.Err, ErrRemoteAccess) && !strings.Contains(done.Err.Error(), "connection failed before the operation completed") {
+			t.Fatalf("completion %d: %v, want ErrRemoteAccess or the connection's end, naming %q", done.ID, done.Err, want)
+		}
+		return
+	}
 	want := fmt.Sprintf("RDMA read on QP 0x%x failed: remote access error", c.ep.qp.Num)
 	if done.ID != 77 || !errors.Is(done.Err, ErrRemoteAccess) || !strings.Contains(done.Err.Error(), want) {
 		t.Fatalf("completion %d: %v, want ErrRemoteAccess naming %q", done.ID, done.Err, want)

@@ -31,6 +31,27 @@ func silence(t *testing.T, c *Conn) {
 	}
 }
 
+// peerEndsAtOnce checks what a silenced peer (its QP moved to ERR) does
+// to c on iWARP, where that cannot stand for a vanished host: the peer's
+// device closes the TCP connection, so c's calls fail at once with
+// ECONNRESET, and a write before Close is reported lost (a vanished host
+// is noticed only by TCP's retransmission timeout: docs/devices.md).
+func peerEndsAtOnce(t *testing.T, c *Conn) {
+	t.Helper()
+	start := time.Now()
+	_, err := c.Read(make([]byte, 16))
+	t.Logf("Read after the peer's QP failed (iWARP): %v after %v", err, time.Since(start))
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("Read: %v, want ECONNRESET", err)
+	}
+	_, werr := c.Write([]byte("lost"))
+	cerr := c.Close()
+	t.Logf("then Write: %v, Close: %v", werr, cerr)
+	if werr == nil && cerr == nil {
+		t.Fatal("a write to a peer that ended the connection was not reported lost")
+	}
+}
+
 // checkTimedOut checks that err is what a dead peer gives: a *net.OpError
 // wrapping ETIMEDOUT, a timeout, worded as TCP's.
 func checkTimedOut(t *testing.T, what string, err error) {
@@ -45,6 +66,7 @@ func checkTimedOut(t *testing.T, what string, err error) {
 // A peer that vanishes is detected by the keepalive within KeepAlive +
 // AckTimeout x (RetryCount + 1): a blocked Read, a Write waiting for
 // credit and a blocked Recv all return a timeout wrapping ETIMEDOUT.
+// (iWARP: peerEndsAtOnce.)
 func TestKeepaliveDetectsVanishedPeer(t *testing.T) {
 	cfg := &Config{KeepAlive: rdmatest.Scale(300 * time.Millisecond), AckTimeout: 30 * time.Millisecond,
 		RetryCount: 3, RecvBuffers: 8, BufferSize: 4096}
@@ -52,6 +74,11 @@ func TestKeepaliveDetectsVanishedPeer(t *testing.T) {
 	defer ln.Close()
 	defer server.Close()
 	defer client.Close()
+	if client.dev.Caps.CMConnectsQP {
+		silence(t, server)
+		peerEndsAtOnce(t, client)
+		return
+	}
 	timeout := ackTimeoutOf(client.ep.ackTimeoutSet)
 	bound := cfg.KeepAlive + timeout*time.Duration(cfg.RetryCount+1)
 	t.Logf("QP ack timeout %v (n=%d), retries %d: detection bound %v", timeout, client.ep.ackTimeoutSet, cfg.RetryCount, bound)
@@ -192,12 +219,20 @@ func TestKeepaliveQuietWhileBusy(t *testing.T) {
 }
 
 // The QP gets the transport settings the Config asks for, and the default
-// ack timeout is rdma_cm's (logged: docs/configuration.md quotes it).
+// ack timeout is rdma_cm's (logged: docs/configuration.md quotes it); an
+// iWARP QP gets none.
 func TestTransportSettings(t *testing.T) {
 	client, server, ln := connPair(t, &Config{AckTimeout: 100 * time.Millisecond, RetryCount: 2})
 	defer ln.Close()
 	defer server.Close()
 	defer client.Close()
+	if client.dev.Caps.CMConnectsQP {
+		// iWARP: TCP retransmits; the QP takes no transport settings.
+		if info := qpInfo(t, client); client.ep.ackTimeoutSet != 0 || info.AckTimeout != 0 || info.RetryCount != 0 {
+			t.Errorf("iWARP QP with transport settings: set n=%d, %v", client.ep.ackTimeoutSet, info)
+		}
+		return
+	}
 	if n := client.ep.ackTimeoutSet; ackTimeoutOf(n) < 100*time.Millisecond || ackTimeoutOf(n-1) >= 100*time.Millisecond {
 		t.Errorf("AckTimeout 100ms gave n=%d (%v)", n, ackTimeoutOf(n))
 	}
@@ -276,7 +311,12 @@ func TestCloseReportsUndelivered(t *testing.T) {
 			client, server, ln := connPair(t, &tc.cfg)
 			defer ln.Close()
 			defer server.Close()
+			defer client.Close()
 			silence(t, server)
+			if client.dev.Caps.CMConnectsQP {
+				peerEndsAtOnce(t, client)
+				return
+			}
 			if _, err := client.Write([]byte("lost")); err != nil {
 				t.Fatal(err)
 			}

@@ -374,9 +374,7 @@ func TestOneSidedForged(t *testing.T) {
 	local, _ := c.Alloc(8192)
 	defer local.Release()
 	err = c.WriteRemote(ctx, local, forged, 0)
-	if !errors.Is(err, ErrRemoteAccess) {
-		t.Fatalf("write beyond the export with a forged descriptor: %v, want ErrRemoteAccess", err)
-	}
+	expectWriteRefused(t, c, err, "write beyond the export with a forged descriptor")
 	for i, v := range full {
 		if v != 0xee {
 			t.Fatalf("exporter memory at %d changed (0x%x): the NIC let an out-of-range write through", i, v)
@@ -409,9 +407,7 @@ func TestOneSidedForged(t *testing.T) {
 	clear(local2.Bytes())
 	err = c2.ReadRemote(ctx, local2, desc, 0)
 	t.Logf("read after Export.Close: %v", err)
-	if !errors.Is(err, ErrRemoteAccess) {
-		t.Fatalf("read through a closed export: %v, want ErrRemoteAccess", err)
-	}
+	expectAccessRefused(t, c2, err, "read through a closed export")
 	if bytes.Contains(local2.Bytes(), []byte("x")) {
 		t.Fatal("a read through a closed export returned the exporter's bytes")
 	}
@@ -1010,7 +1006,15 @@ func TestRendezvousProtocolErrors(t *testing.T) {
 			rawSend(t, c, tc.kind, tc.val, p)
 			ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(10*time.Second))
 			defer cancel()
-			_, err := s.Recv(ctx)
+			m, err := s.Recv(ctx)
+			if err == nil && tc.want == ErrRemoteAccess && c.dev.ReadsIgnoreRights {
+				// Soft-iWARP reads from a registration without remote
+				// rights (internal/device/quirks.go): the weakness
+				// docs/limits-and-security.md states.
+				m.Release()
+				t.Logf("%s served a READ of a registration without remote read, as documented", c.dev.Name())
+				return
+			}
 			if err == nil {
 				t.Fatal("the receiver accepted it")
 			}
@@ -1180,8 +1184,12 @@ func dialAgain(t *testing.T, ln *Listener, cfg *Config) (client, server *Conn) {
 // Export.Close; a refused access changes no byte. (An export's key is a
 // window bound to its connection's QP; a key of an MR with remote rights
 // would let any connection of the device write, the first write below
-// included.)
-func TestExportScopedToConnection(t *testing.T) {
+// included. Without windows, the device's or a test knob's, the key is a
+// registration of exactly the buffer: rights, range and Close hold, the
+// connection scope does not, as documented.)
+func TestExportScopedToConnection(t *testing.T) { eachLendMode(t, testExportScoped) }
+
+func testExportScoped(t *testing.T) {
 	c1, s1, ln := connPair(t, nil)
 	defer ln.Close()
 	defer c1.Close()
@@ -1189,9 +1197,6 @@ func TestExportScopedToConnection(t *testing.T) {
 	c2, s2 := dialAgain(t, ln, nil)
 	defer c2.Close()
 	defer s2.Close()
-	if !s1.dev.Caps.MemoryWindows {
-		t.Fatal("the device has no type 2 memory windows")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(20*time.Second))
 	defer cancel()
 	target := mustAlloc(t, s1, 4096)
@@ -1222,8 +1227,11 @@ func TestExportScopedToConnection(t *testing.T) {
 	copy(other.Bytes(), local.Bytes())
 
 	// Read was not granted.
-	if err := c1.ReadRemote(ctx, local, exp.Remote(), 0); !errors.Is(err, ErrRemoteAccess) {
-		t.Fatalf("read from a write-only export: %v, want ErrRemoteAccess", err)
+	err = c1.ReadRemote(ctx, local, exp.Remote(), 0)
+	if err == nil && s1.dev.ReadsIgnoreRights {
+		t.Logf("%s served a READ the export does not grant, as documented (internal/device/quirks.go)", s1.dev.Name())
+	} else {
+		expectAccessRefused(t, c1, err, "read from a write-only export")
 	}
 	c1.Close() // an RC access error ends the connection it happened on
 	s1.Close()
@@ -1239,11 +1247,17 @@ func TestExportScopedToConnection(t *testing.T) {
 	defer local2.Release()
 	copy(local2.Bytes(), local.Bytes())
 
-	// Another connection's peer, holding the key, is refused.
-	if err := c2.WriteRemote(ctx, other, exp.Remote(), 0); !errors.Is(err, ErrRemoteAccess) {
-		t.Fatalf("write through another connection: %v, want ErrRemoteAccess", err)
+	// Another connection's peer, holding the key, is refused where the key
+	// is a window; without windows the key is the registration's, valid on
+	// every connection of the device (docs/limits-and-security.md): the
+	// check is left out there.
+	if s1.windows {
+		err = c2.WriteRemote(ctx, other, exp.Remote(), 0)
+		expectWriteRefused(t, c2, err, "write through another connection")
+		unchanged("after the write through another connection")
+	} else {
+		t.Logf("no windows: the export's key is its registration's, not scoped to the connection (documented)")
 	}
-	unchanged("after the write through another connection")
 	// The connection it was made on may write.
 	if err := c1.WriteRemote(ctx, local2, exp.Remote(), 0); err != nil {
 		t.Fatalf("write through the export's own connection: %v", err)
@@ -1258,9 +1272,8 @@ func TestExportScopedToConnection(t *testing.T) {
 		full[i] = 0xee
 	}
 	exp.Close()
-	if err := c1.WriteRemote(ctx, local2, exp.Remote(), 0); !errors.Is(err, ErrRemoteAccess) {
-		t.Fatalf("write after Export.Close: %v, want ErrRemoteAccess", err)
-	}
+	err = c1.WriteRemote(ctx, local2, exp.Remote(), 0)
+	expectWriteRefused(t, c1, err, "write after Export.Close")
 	unchanged("after Export.Close")
 }
 

@@ -5,6 +5,7 @@ package rdma
 import (
 	"context"
 	"io"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -63,6 +64,9 @@ func TestMetrics(t *testing.T) {
 	c, s, ln := connPair(t, cfg)
 	defer ln.Close()
 	c2, s2 := dialAgain(t, ln, cfg)
+	for _, conn := range []*Conn{c, s, c2, s2} {
+		defer conn.Close() // a failed check leaves no connection (Close is idempotent)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(30*time.Second))
 	defer cancel()
 
@@ -216,8 +220,11 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// The device's hardware counters, from sysfs.
-	if d2.PortsError != "" || len(d2.Ports) == 0 {
+	if d2.PortsError != "" || len(d2.Ports) == 0 && exportsCounters(env.Device) {
 		t.Fatalf("hardware counters of %s: %v (%s)", env.Device, d2.Ports, d2.PortsError)
+	}
+	if len(d2.Ports) == 0 {
+		t.Logf("%s's driver exports no counters in sysfs (Soft-iWARP has none): no ports listed", env.Device)
 	}
 	if strings.HasPrefix(env.Device, "rxe") {
 		port := func(d DeviceMetrics) PortCounters {
@@ -260,4 +267,16 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("the device torn down: ConnsOpen %d, pool %d mapped %d in use, ConnsTotal %d (want 0, 0, 0, %d)",
 			d4.ConnsOpen, d4.PoolMappedBytes, d4.PoolInUseBytes, d4.ConnsTotal, d2.ConnsTotal)
 	}
+}
+
+// exportsCounters reports whether the named device's driver has a counter
+// directory in sysfs (hw_counters, the device's or a port's, or a port's
+// counters).
+func exportsCounters(device string) bool {
+	for _, pat := range []string{"hw_counters", "ports/*/hw_counters", "ports/*/counters"} {
+		if m, _ := filepath.Glob(filepath.Join("/sys/class/infiniband", device, pat)); len(m) > 0 {
+			return true
+		}
+	}
+	return false
 }

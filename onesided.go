@@ -427,7 +427,7 @@ func (c *engine) oneSidedDoneLocked(idx int, wc *verbs.WC, release *[]buffer.Buf
 		case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
 			err = fmt.Errorf("%w: %w", ErrRemoteAccess, err)
 		case verbs.WCWRFlushErr:
-			err = fmt.Errorf("connection failed before the operation ran: %w", err)
+			err = fmt.Errorf("connection failed before the operation completed: %w", err)
 		}
 		// An RC transport error takes the QP to ERR: the connection fails.
 		c.failLocked(err)

@@ -12,7 +12,8 @@ import (
 // the answer is fresh; a port event drops it (the next connection asks the
 // device again); and a cached active MTU below the path MTU rdma_cm gives
 // (a netdev MTU raised since the query, which rxe reports with no event)
-// is read again before the QP's RTR instead of failing the dial.
+// is read again before the QP's RTR instead of failing the dial (where
+// the library moves the QP to RTR: not on iWARP).
 func TestPortCache(t *testing.T) {
 	checkLeaksAtEnd(t)
 	ln, keep := heldDevice(t)
@@ -67,7 +68,12 @@ func TestPortCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Ports.Queries() == q2 {
+	switch {
+	case d.Caps.CMConnectsQP:
+		// iWARP: the CM connects the QP; no path MTU is checked or set
+		// by the library, so the stale entry is not consulted.
+		t.Logf("the CM connects QPs on %s: the dial does not check the path MTU (%d port queries)", d.Name(), d.Ports.Queries()-q2)
+	case d.Ports.Queries() == q2:
 		t.Error("a path MTU above the cached active MTU did not make the dial query the port")
 	}
 	if info.PathMTU <= 256 {

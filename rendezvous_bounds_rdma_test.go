@@ -196,6 +196,22 @@ func expectAccessRefused(t *testing.T, c *Conn, err error, what string) {
 	t.Logf("%s: %v", what, err)
 }
 
+// expectWriteRefused is expectAccessRefused for a one-sided write, which
+// on iWARP may complete (once TCP took it) before the peer's device
+// refuses it: then the refusal shows as the connection's end.
+func expectWriteRefused(t *testing.T, c *Conn, err error, what string) {
+	t.Helper()
+	if err != nil || !c.dev.Caps.SendsCompleteLocally {
+		expectAccessRefused(t, c, err, what)
+		return
+	}
+	waitFor(t, what+": the peer's device to end the connection", func() bool {
+		info, err := c.QPInfo()
+		return err == nil && info.State == "ERR"
+	})
+	t.Logf("%s: completed locally, then the peer's device ended the connection", what)
+}
+
 // TestRendezvousKeyDiesWithConnection: a sender that closes while its large
 // message is lent revokes the key, and new connections over the same device
 // whose QPs are the closed ones', from the QP pool, cannot use it from

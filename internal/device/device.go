@@ -57,6 +57,10 @@ type Device struct {
 	// must ask for its own completion (0: none must). Soft-iWARP
 	// (quirks.go).
 	SignalFrom int
+	// ReadsIgnoreRights: the device serves a peer's RDMA READ from any of
+	// its registrations, remote read granted or not (Soft-iWARP;
+	// quirks.go).
+	ReadsIgnoreRights bool
 
 	// Each guarded by its own lock.
 	Ports      PortCache // the ports' limits, cached (portcache.go)
@@ -69,6 +73,9 @@ type Device struct {
 	// tests change them).
 	QPMax     atomic.Int32 // Config.QPPool
 	LingerFor atomic.Int64 // Config.Linger, in nanoseconds
+	// InlineGranted is the inline room the device granted a QP that asked
+	// for more (CreateQP): 0 until one did, -1 for none.
+	InlineGranted atomic.Int32
 
 	key  uintptr
 	name string
@@ -145,6 +152,7 @@ func Acquire(ctx *verbs.Context, cfg Config) (_ *Device, err error) {
 	d.LendExact = d.rxe
 	if d.Caps.Transport == verbs.TransportIWARP && IsSoftware(d.name) {
 		d.SignalFrom = os.Getpagesize() // siw's zero-copy threshold (quirks.go)
+		d.ReadsIgnoreRights = true
 	}
 	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.Caps.MemoryWindows {

@@ -100,6 +100,32 @@ func (d *Device) Remove(m Member) {
 	d.fmu.Unlock()
 }
 
+func (d *Device) portDownErr(port uint8) error {
+	return fmt.Errorf("port %d of %s went down (its netdev lost its link or was set down; dial again once it is up): %w",
+		port, d.name, syscall.ENETDOWN)
+}
+
+// PortDown says why a connection on port that just broke broke, if its
+// port is down: the error the port's event recorded, or, where the
+// connection's end came before that event (an iWARP device ends its TCP
+// connections at once), the port's state read from the device. nil while
+// the port is active. It queries the device: for failure paths only.
+func (d *Device) PortDown(port uint8) error {
+	d.fmu.Lock()
+	err := d.portErr[port]
+	d.fmu.Unlock()
+	if err != nil {
+		return err
+	}
+	if d.Ctx == nil {
+		return nil
+	}
+	if p, qerr := d.Ctx.QueryPort(port); qerr == nil && p.State != verbs.PortActive {
+		return d.portDownErr(port)
+	}
+	return nil
+}
+
 // Usable reports why new connections on port cannot be made, or nil.
 func (d *Device) Usable(port uint8) error {
 	d.fmu.Lock()
@@ -134,8 +160,7 @@ func (d *Device) HandleAsync(ev verbs.AsyncEvent) {
 			}
 		}
 	case verbs.EventPortErr:
-		err := fmt.Errorf("port %d of %s went down (its netdev lost its link or was set down; dial again once it is up): %w",
-			ev.Port, d.name, syscall.ENETDOWN)
+		err := d.portDownErr(ev.Port)
 		d.fmu.Lock()
 		if d.portErr == nil {
 			d.portErr = make(map[uint8]error)

@@ -28,6 +28,14 @@ import (
 // bytes written after the send. A signaled request siw copies instead, so
 // on siw every request of a page or more asks for its completion
 // (Device.SignalFrom; the root's sendqueue.go).
+//
+// Soft-iWARP also serves an RDMA READ from any registration of its
+// protection domain named by the request's key, without checking that the
+// registration grants remote read (siw_qp_tx.c checks a READ response's
+// source with no rights: "LOCAL_READ not defined"): on siw a peer that
+// knows or guesses a key and an address of the pool's arenas can read them
+// (Device.ReadsIgnoreRights; docs/limits-and-security.md). The library
+// never sends such keys; it cannot stop the guess.
 
 // QuietBind reports whether memory windows must be bound into an empty
 // send queue on d: Soft-RoCE devices, unless the fault tests' control

@@ -316,7 +316,7 @@ func (p *Endpoint[D]) setupQP() error {
 	}
 	p.poller, p.token = pl, uint64(tok)<<poller.TokenShift
 	qpc := verbs.QPConfig{SendCQ: pl.CQ(), RecvCQ: pl.CQ(), SendWR: p.nSend, RecvWR: p.nRecv, InlineData: device.InlineRequest}
-	if p.qp, _, err = device.CreateQP(p.dev.PD.CreateUDQP, qpc); err != nil {
+	if p.qp, _, err = device.CreateQP(p.dev.PD.CreateUDQP, qpc, &p.dev.InlineGranted); err != nil {
 		return err
 	}
 	p.maxInline = p.qp.MaxInline

@@ -389,7 +389,9 @@ const queryMask = AttrState | AttrCurState | AttrAccessFlags | AttrPKeyIndex | A
 // QP (ibv_query_qp), for diagnostics: what a modify actually left, which
 // may differ from what was asked (a device may round or ignore a value).
 // The PSNs are the device's current ones: the next to send and the next
-// expected. It fails with ErrClosed after Close.
+// expected. An iWARP QP (QPConfig.IWARP) has none of InfiniBand's
+// transport attributes (they read zero) and its state is the library's
+// record. It fails with ErrClosed after Close.
 func (q *QP) QueryAttr() (QPAttr, QPCap, error) {
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
@@ -403,7 +405,13 @@ func (q *QP) QueryAttr() (QPAttr, QPCap, error) {
 	}
 	c := QPCap{MaxSendWR: int(a.cap.max_send_wr), MaxRecvWR: int(a.cap.max_recv_wr), MaxSendSGE: int(a.cap.max_send_sge),
 		MaxRecvSGE: int(a.cap.max_recv_sge), MaxInline: int(a.cap.max_inline_data)}
-	return QPAttrFromC(unsafe.Pointer(&a)), c, nil
+	attr := QPAttrFromC(unsafe.Pointer(&a))
+	if q.cfg.IWARP {
+		// iWARP devices report no state (siw leaves it 0, RESET): the
+		// library's record is the state (the CM's RTS, the library's ERR).
+		attr.State, attr.CurState = q.guard.State(), q.guard.State()
+	}
+	return attr, c, nil
 }
 
 const postBatch = 64 // POST_BATCH in C
