@@ -395,11 +395,10 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if cmQP {
 		ep.connectedByCM()
 	}
-	if c.dev.Caps.ActiveSendsFirst {
+	if c.dev.Caps.ActiveSendsFirst && c.features&wire.FeatureControlReserve != 0 {
 		// This side may send only once the dialer has (iWARP's MPA): the
-		// dialer's first message comes at once (confirmEstablished; every
-		// dialer on such a device speaks 1.4, whose trailers it needs, and
-		// so has the control-message reserve that message uses).
+		// dialer's first message, a probe that uses the control-message
+		// reserve, comes at once (confirmEstablished).
 		if err = awaitFirstMessage(ctx, ch, heard, c.dev.Caps.Transport); err != nil {
 			return nil, err
 		}
