@@ -116,6 +116,10 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The poller may run handleCompletions from here on (the flushes of a
+	// dial that fails before the handshake reaches setPeer): what it reads
+	// is written under the lock it takes.
+	c.mu.Lock()
 	c.ep = ep
 	c.port = id.PortNum()
 	c.stream.rq = make([]rxMsg, ep.maxRecv) // every receive posted
@@ -132,6 +136,7 @@ func newConn(cfg *Config, ch *rdmacm.Channel, id *rdmacm.ID) (*Conn, error) {
 	c.dev = ep.dev
 	c.windows = c.dev.Caps.MemoryWindows && !forceNoWindows.Load()
 	c.initMessages()
+	c.mu.Unlock()
 	c.dev.Add(c.member())
 	return conn, nil
 }
