@@ -91,6 +91,9 @@ type DeviceCaps struct {
 	Immediates    bool
 	Atomics       bool
 	UD            bool
+	// ReadsIgnoreRights: the driver serves a peer's RDMA READ from any of
+	// the device's registrations (Soft-iWARP; internal/device/quirks.go).
+	ReadsIgnoreRights bool
 }
 
 // VerbsPort is a port as ibv_query_port reports it.

@@ -139,7 +139,8 @@ func checkVerbs(devs []*Device, vdevs []VerbsDevice, verr error) Result {
 // carries each message's header in a trailer, which peers of wire protocol
 // 1.4 and later understand; one without memory windows lends messages and
 // exports through keys valid on every connection of the device; one
-// without UD queue pairs has no PacketConn.
+// without UD queue pairs has no PacketConn; Soft-iWARP does not check a
+// READ's rights.
 func checkCaps(vdevs []VerbsDevice) []Result {
 	var out []Result
 	for _, v := range vdevs {
@@ -160,6 +161,9 @@ func checkCaps(vdevs []VerbsDevice) []Result {
 		}
 		if !c.Immediates {
 			lacks = append(lacks, "without immediate data each message carries its header in a 4-byte trailer, so peers must run wire protocol 1.4 or later")
+		}
+		if c.ReadsIgnoreRights {
+			lacks = append(lacks, "its driver (Soft-iWARP) serves a peer's RDMA READ from any registration whose key it names, remote read granted or not: use it for tests, not to serve untrusted peers (docs/limits-and-security.md)")
 		}
 		switch {
 		case len(lacks) > 0:

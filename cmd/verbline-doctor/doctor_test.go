@@ -416,6 +416,15 @@ func TestCapabilities(t *testing.T) {
 	rs = Run(f.env())
 	expectExit(t, rs, 0)
 	expect(t, rs, "capabilities rxe0", Warn, "immediates no", "4-byte trailer")
+	if r := find(t, rs, "capabilities rxe0"); strings.Contains(r.Fix, "untrusted") {
+		t.Fatalf("a device whose driver checks READ rights got the Soft-iWARP warning: %q", r.Fix)
+	}
+
+	// Soft-iWARP serves READs without checking rights: the warning says so.
+	f.verbs[0].Caps = &DeviceCaps{Summary: "transport iWARP; immediates no", ReadsIgnoreRights: true}
+	rs = Run(f.env())
+	expectExit(t, rs, 0)
+	expect(t, rs, "capabilities rxe0", Warn, "immediates no", "not to serve untrusted peers")
 }
 
 // TestIWARPDevice: Soft-iWARP (siw0 on rd0) has no parent in sysfs and no

@@ -36,7 +36,8 @@ func probeDevice(name string) VerbsDevice {
 	}
 	c := device.CapsOf(attr)
 	d.Caps = &DeviceCaps{Summary: c.String(), MemoryWindows: c.MemoryWindows, Immediates: c.Immediates,
-		Atomics: c.Atomics != verbs.AtomicNone, UD: c.UD}
+		Atomics: c.Atomics != verbs.AtomicNone, UD: c.UD,
+		ReadsIgnoreRights: device.ReadsIgnoreRights(c, name)}
 	for n := 1; n <= int(attr.PhysPorts); n++ {
 		p, err := ctx.QueryPort(uint8(n))
 		if err != nil {

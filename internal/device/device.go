@@ -152,8 +152,8 @@ func Acquire(ctx *verbs.Context, cfg Config) (_ *Device, err error) {
 	d.LendExact = d.rxe
 	if d.Caps.Transport == verbs.TransportIWARP && IsSoftware(d.name) {
 		d.SignalFrom = os.Getpagesize() // siw's zero-copy threshold (quirks.go)
-		d.ReadsIgnoreRights = true
 	}
+	d.ReadsIgnoreRights = ReadsIgnoreRights(d.Caps, d.name)
 	d.reg = &registrar{pd: d.PD, access: verbs.AccessLocalWrite, mrs: make(map[uint32]*verbs.MR)}
 	if d.Caps.MemoryWindows {
 		d.reg.access |= verbs.AccessMWBind // binding a window grants nothing by itself

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/verbline/rdma/internal/testhooks"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // Provider quirks: what a device's driver gets wrong, detected here so
@@ -57,4 +58,10 @@ func IsSoftware(name string) bool {
 func IsSoftRoCE(name string) bool {
 	_, err := os.Stat("/sys/class/infiniband/" + name + "/parent")
 	return err == nil
+}
+
+// ReadsIgnoreRights reports whether the named device, of capabilities c,
+// serves RDMA READs without checking remote-read rights: Soft-iWARP.
+func ReadsIgnoreRights(c Caps, name string) bool {
+	return c.Transport == verbs.TransportIWARP && IsSoftware(name)
 }
