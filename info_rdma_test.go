@@ -139,7 +139,7 @@ func TestQPInfoSettings(t *testing.T) {
 // retransmits), and the port's MTU.
 func iwarpQPInfo(t *testing.T, side string, info QPInfo, c *Conn) {
 	t.Helper()
-	want := QPInfo{QPN: c.ep.qp.Num, State: "RTS", PathMTU: c.ep.lim.ActiveMTU.Bytes(), MinRNRTimer: rnrTimerOf(0),
+	want := QPInfo{QPN: c.ep.qp.Num, State: "RTS", PathMTU: c.ep.lim.ActiveMTU.Bytes(),
 		MaxInline: info.MaxInline, MaxSendWR: info.MaxSendWR, MaxRecvWR: info.MaxRecvWR,
 		MaxRdAtomic: info.MaxRdAtomic, MaxDestRdAtomic: info.MaxDestRdAtomic}
 	if info != want {

@@ -176,5 +176,9 @@ func (c *engine) qpInfo() (QPInfo, error) {
 	if err != nil {
 		return QPInfo{}, err
 	}
-	return qpInfoOf(c.ep.qp.Num, &a, cp), nil
+	info := qpInfoOf(c.ep.qp.Num, &a, cp)
+	if c.dev.Caps.CMConnectsQP {
+		info.MinRNRTimer = 0 // code 0 would read as InfiniBand's 655.36 ms: iWARP has no RNR timer
+	}
+	return info, nil
 }
