@@ -365,7 +365,7 @@ func (c *engine) failLocked(err error) {
 // (a disconnect, a flush) ended: ECONNRESET, or the port's error if its
 // port is down (the connection's end may come before the port's event).
 func (c *engine) brokenErrLocked() error {
-	if c.dev != nil {
+	if c.dev != nil && !c.closed { // after this side's Close no call sees it: no query
 		if err := c.dev.PortDown(c.port); err != nil {
 			return err
 		}
