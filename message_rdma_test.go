@@ -765,6 +765,14 @@ func TestLargeMessagePoolExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Another of its class, held to the end: once small is sent (inline,
+	// given back at once) its arena must not fall idle, or the pool would
+	// take it back and map a 1 MiB arena in its place for the receiver.
+	pin, err := c.Alloc(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Release()
 	var held []buffer.Buf
 	for {
 		b, err := c.Alloc(size)
