@@ -17,6 +17,7 @@ import (
 
 	"github.com/verbline/rdma"
 	"github.com/verbline/rdma/internal/rdmatest"
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // TestDoctorOnSoftRoCE runs the real checks on the test device: nothing may
@@ -36,8 +37,29 @@ func TestDoctorOnSoftRoCE(t *testing.T) {
 	expect(t, rs, "uverbs", OK, "/dev/infiniband/uverbs", "")
 	expect(t, rs, "devices", OK, env.Device, "")
 	expect(t, rs, "libibverbs", OK, "opens "+env.Device, "")
+	if iwarpDevice(t, env.Device) {
+		// iWARP (Soft-iWARP): no RoCE GIDs; rdma_cm uses the netdev's addresses.
+		expect(t, rs, "port "+env.Device+"/1", OK, "ACTIVE, Ethernet (iWARP), active MTU 1024 (libibverbs)", "")
+		expect(t, rs, "gids "+env.Device+"/1", OK, "iWARP: rdma_cm uses the addresses of ", "")
+		return
+	}
 	expect(t, rs, "port "+env.Device+"/1", OK, "ACTIVE, Ethernet (RoCE), active MTU 1024 (libibverbs)", "")
 	expect(t, rs, "gids "+env.Device+"/1", OK, "RoCE v2 GIDs for "+env.Addr+" (index ", "")
+}
+
+// iwarpDevice reports whether the named device's transport is iWARP.
+func iwarpDevice(t *testing.T, name string) bool {
+	t.Helper()
+	ctx, err := verbs.OpenDevice(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	a, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Transport == verbs.TransportIWARP
 }
 
 // TestDoctorPeerOnSoftRoCE runs the doctor binary twice, as on two

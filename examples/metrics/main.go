@@ -162,6 +162,9 @@ func run(out io.Writer, url, addr string, rounds, size int) error {
 	for _, p := range during.Ports {
 		fmt.Fprintf(out, "%s port %d hardware counters: %d\n", device, p.Port, len(p.HW)+len(p.Standard))
 	}
+	if len(during.Ports) == 0 {
+		fmt.Fprintf(out, "%s: its driver exports no hardware counters\n", device) // Soft-iWARP
+	}
 	var errs []error
 	if during.ConnsOpen != 2 {
 		errs = append(errs, fmt.Errorf("/debug/vars: %d connections open, want 2 (both ends)", during.ConnsOpen))

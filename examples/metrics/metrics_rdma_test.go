@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,12 +30,16 @@ func TestMetricsExample(t *testing.T) {
 		t.Fatalf("%v\noutput:\n%s", err, &out)
 	}
 	t.Logf("output:\n%s", &out)
+	counters := env.Device + " port 1 hardware counters: "
+	if m, _ := filepath.Glob("/sys/class/infiniband/" + env.Device + "/ports/1/*counters"); len(m) == 0 {
+		counters = env.Device + ": its driver exports no hardware counters"
+	}
 	for _, want := range []string{
 		"/debug/vars rdma: 2 connections open, 4194304 bytes sent, 4194304 received",
 		"/metrics: verbline_rdma_connections_open 2,",
 		"closed: /debug/vars 0 connections open",
 		"verbline_rdma_connections_open 0",
-		env.Device + " port 1 hardware counters: ",
+		counters,
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)

@@ -102,7 +102,11 @@ func floorServe(a childArgs, addr string, ready func(netip.AddrPort)) (err error
 		return err
 	}
 	defer e.close()
-	if err := e.moveTo(verbs.StateInit, verbs.StateRTR, verbs.StateRTS); err != nil {
+	states := []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS}
+	if e.iwarp {
+		states = states[:1] // the iWARP CM takes the QP to RTS at accept
+	}
+	if err := e.moveTo(states...); err != nil {
 		id.Reject(nil)
 		return err
 	}
@@ -111,11 +115,14 @@ func floorServe(a childArgs, addr string, ready func(netip.AddrPort)) (err error
 		return err
 	}
 	if err := id.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1,
-		RetryCount: floorRetry, RNRRetryCount: floorRetry, QPNum: e.qp.Num}); err != nil {
+		RetryCount: floorRetry, RNRRetryCount: floorRetry, QPNum: e.qp.Num, Blocking: e.iwarp}); err != nil {
 		return err
 	}
 	if _, err := floorEvent(ch, rdmacm.EventEstablished, floorTimeout); err != nil {
 		return err
+	}
+	if e.iwarp {
+		e.qp.ConnectedByCM()
 	}
 	if err := e.serve(a.warmup + a.iters); err != nil {
 		return err
@@ -171,17 +178,26 @@ func floorClient(a childArgs, connect string) (*Sample, error) {
 		return nil, err
 	}
 	if err := id.Connect(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1,
-		RetryCount: floorRetry, RNRRetryCount: floorRetry, QPNum: e.qp.Num}); err != nil {
+		RetryCount: floorRetry, RNRRetryCount: floorRetry, QPNum: e.qp.Num, Blocking: e.iwarp}); err != nil {
 		return nil, err
 	}
-	if _, err := floorEvent(ch, rdmacm.EventConnectResponse, floorTimeout); err != nil {
-		return nil, err
-	}
-	if err := e.moveTo(verbs.StateRTR, verbs.StateRTS); err != nil {
-		return nil, err
-	}
-	if err := id.Establish(); err != nil {
-		return nil, err
+	if e.iwarp {
+		// The iWARP CM connects the QP itself; the client sends first, as
+		// iWARP requires.
+		if _, err := floorEvent(ch, rdmacm.EventEstablished, floorTimeout); err != nil {
+			return nil, err
+		}
+		e.qp.ConnectedByCM()
+	} else {
+		if _, err := floorEvent(ch, rdmacm.EventConnectResponse, floorTimeout); err != nil {
+			return nil, err
+		}
+		if err := e.moveTo(verbs.StateRTR, verbs.StateRTS); err != nil {
+			return nil, err
+		}
+		if err := id.Establish(); err != nil {
+			return nil, err
+		}
 	}
 	rtts, err := e.pingPong(a.warmup, a.iters)
 	if err != nil {
@@ -231,7 +247,8 @@ type floorEnd struct {
 	send    []verbs.SendWR
 	recv    []verbs.RecvWR
 	wcs     []verbs.WC
-	pending int // sends posted whose completion has not been polled
+	iwarp   bool // the CM connects the QP (iWARP): INIT only, and the client sends first
+	pending int  // sends posted whose completion has not been polled
 }
 
 // newFloorEnd creates the PD, buffers, MR, CQ and QP (in RESET) of a side
@@ -252,7 +269,8 @@ func newFloorEnd(id *rdmacm.ID, size int) (_ *floorEnd, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &floorEnd{id: id, lim: port.Limits(dev), size: size, wcs: make([]verbs.WC, 16)}
+	e := &floorEnd{id: id, lim: port.Limits(dev), size: size, wcs: make([]verbs.WC, 16),
+		iwarp: dev.Transport == verbs.TransportIWARP}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -272,7 +290,8 @@ func newFloorEnd(id *rdmacm.ID, size int) (_ *floorEnd, err error) {
 	if e.cq, err = ctx.CreateCQ(2*floorQueue, nil); err != nil {
 		return nil, err
 	}
-	cfg := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SendWR: floorQueue, RecvWR: floorQueue, InlineData: floorInline}
+	cfg := verbs.QPConfig{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SendWR: floorQueue, RecvWR: floorQueue,
+		InlineData: floorInline, IWARP: e.iwarp}
 	if e.qp, err = e.pd.CreateQP(cfg); err != nil {
 		// A device with a smaller inline limit: no inline sends.
 		cfg.InlineData = 0
