@@ -35,7 +35,7 @@ type pair struct {
 
 // newPair connects two RC QPs on the test device (traffic loops back inside
 // rxe), with RNR retries unlimited and one registration that windows may
-// be bound to.
+// be bound to; nil on a device without windows, once it has refused one.
 func newPair(t *testing.T) *pair {
 	env := rdmatest.Require(t)
 	ctx, err := verbs.OpenDevice(env.Device)
@@ -47,7 +47,17 @@ func newPair(t *testing.T) *pair {
 	dev, err := ctx.QueryDevice()
 	must(t, err)
 	if !dev.MemWindow2 {
-		t.Fatalf("%s has no type 2 memory windows", env.Device)
+		// The defect is in rxe's window binds: a device without windows
+		// (Soft-iWARP) cannot have it. Check that it refuses a window.
+		pd, err := ctx.AllocPD()
+		must(t, err)
+		defer pd.Close()
+		if mw, err := pd.AllocMW(); err == nil {
+			mw.Close()
+			t.Fatalf("%s reports no type 2 memory windows but allocated one", env.Device)
+		}
+		t.Logf("%s has no type 2 memory windows (a window is refused): the defect cannot arise there", env.Device)
+		return nil
 	}
 	gid := port.GIDIndexFor(net.ParseIP(env.Addr), verbs.GIDTypeRoCEv2)
 	if gid < 0 {
@@ -214,6 +224,9 @@ func describe(wcs []verbs.WC) string {
 // posts receives. A retry by itself is fine.
 func TestRetryWithoutBind(t *testing.T) {
 	p := newPair(t)
+	if p == nil {
+		return
+	}
 	rnr := p.rnrNAKs()
 	p.send(1)
 	p.send(2)
@@ -234,6 +247,9 @@ func TestRetryWithoutBind(t *testing.T) {
 // any retry, so the retry does not meet it again and everything completes.
 func TestBindOnEmptyQueueThenRetry(t *testing.T) {
 	p := newPair(t)
+	if p == nil {
+		return
+	}
 	rnr := p.rnrNAKs()
 	p.bind(1)
 	p.send(2)
@@ -281,6 +297,9 @@ func TestBindOnEmptyQueueThenRetry(t *testing.T) {
 func TestBindBehindRetriedSend(t *testing.T) {
 	t.Run("acked", func(t *testing.T) {
 		p := newPair(t)
+		if p == nil {
+			return
+		}
 		rnr := p.rnrNAKs()
 		p.send(1)
 		p.bind(2)
@@ -319,6 +338,9 @@ func TestBindBehindRetriedSend(t *testing.T) {
 	})
 	t.Run("hang", func(t *testing.T) {
 		p := newPair(t)
+		if p == nil {
+			return
+		}
 		rnr := p.rnrNAKs()
 		p.send(1)
 		p.bind(2)

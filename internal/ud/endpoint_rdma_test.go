@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,39 @@ func listenTest(t testing.TB, o *Options) *Endpoint[Datagram] {
 	return p
 }
 
+// udOnDevice reports whether the test device has UD queue pairs; where it
+// has none (iWARP) it checks that an endpoint is refused as documented
+// (errors.ErrUnsupported naming what it lacks), and the test has nothing
+// more to run.
+func udOnDevice(t *testing.T) bool {
+	t.Helper()
+	env := rdmatest.Require(t)
+	ctx, err := verbs.OpenDevice(env.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ctx.QueryDevice()
+	ctx.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if device.CapsOf(a).UD {
+		return true
+	}
+	devleaks.CheckAtEnd(t)
+	p := new(Endpoint[Datagram])
+	err = p.Listen(netip.AddrPortFrom(netip.MustParseAddr(env.Addr), 0), testOptions())
+	if err == nil {
+		p.Close()
+		t.Fatalf("an endpoint opened on %s, which has no UD queue pairs", env.Device)
+	}
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "UD queue pairs") {
+		t.Fatalf("endpoint on a device without UD: %v, want errors.ErrUnsupported naming what it lacks", err)
+	}
+	t.Logf("%s has no UD queue pairs: refused as documented", env.Device)
+	return false
+}
+
 // endpointPair returns two endpoints; the test checks for leaks at its end.
 func endpointPair(t testing.TB, o *Options) (a, b *Endpoint[Datagram]) {
 	t.Helper()
@@ -94,6 +128,9 @@ func payload(n int, seed byte) []byte {
 // buffer it refuses; a read into a short buffer truncates and discards
 // the rest.
 func TestEndpointEcho(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, b := endpointPair(t, nil)
 	max := a.MaxDatagramSize()
 	t.Logf("MaxDatagramSize %d, inline %d", max, a.maxInline)
@@ -165,6 +202,9 @@ func TestEndpointEcho(t *testing.T) {
 // buffer forwarded as it is, and released once sent: every receive buffer
 // goes back to the ring.
 func TestEndpointZeroCopy(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, b := endpointPair(t, nil)
 	ctx := context.Background()
 	to := b.LocalAddrPort()
@@ -236,6 +276,9 @@ func TestEndpointZeroCopy(t *testing.T) {
 // header version, or claiming an address the GRH contradicts are dropped
 // and counted; valid ones around them arrive.
 func TestEndpointDropsForeign(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, b := endpointPair(t, nil)
 	good := bytes.Clone(a.hdrBytes)
 	send := func(mod func([]byte)) {
@@ -282,6 +325,9 @@ func TestEndpointDropsForeign(t *testing.T) {
 // asks for), and further forged datagrams within Options.Recheck cost
 // nothing.
 func TestEndpointForgedSource(t *testing.T) {
+	if !udOnDevice(t) {
+		return
+	}
 	a, forger := endpointPair(t, nil)
 	victim := listenTest(t, nil)
 	recheck := testOptions().Recheck

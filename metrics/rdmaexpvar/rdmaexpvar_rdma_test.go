@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"expvar"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 
 	"github.com/verbline/rdma"
@@ -67,7 +68,9 @@ func TestExpvarRDMA(t *testing.T) {
 	if during.SendPosts == before.SendPosts || during.Completions == before.Completions {
 		t.Errorf("no posts or completions counted: %+v", during.Counters)
 	}
-	if during.PortsError != "" || len(during.Ports) == 0 {
+	// A driver without counters in sysfs (Soft-iWARP) lists no ports.
+	exported, _ := filepath.Glob("/sys/class/infiniband/" + env.Device + "/ports/*/*counters")
+	if during.PortsError != "" || len(during.Ports) == 0 && len(exported) > 0 {
 		t.Errorf("no hardware counters for %s: %s", env.Device, during.PortsError)
 	}
 	t.Logf("/debug/vars rdma, %s: %+v", env.Device, during.Counters)
