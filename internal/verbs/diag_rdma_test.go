@@ -13,6 +13,9 @@ import (
 // ibv_qp_attr_mask names, the values and the errno; the same request with
 // the port's real limits is refused in Go first, naming the attribute.
 func TestModifyErrorFromDevice(t *testing.T) {
+	if !connectsByHand(t) {
+		return
+	}
 	ctx, port, dev, gid := testDevice(t)
 	lim := port.Limits(dev)
 	pd, err := ctx.AllocPD()

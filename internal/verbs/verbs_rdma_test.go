@@ -14,6 +14,32 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
+// connectsByHand reports whether the test device's QPs can be connected
+// without rdma_cm, as this package's pair tests do (InfiniBand and RoCE:
+// an address vector to the port's own GID). An iWARP device has no such
+// GID (its connections are TCP connections the CM makes): there it checks
+// that the address has no RoCE v2 GID and the test has nothing to run.
+func connectsByHand(t *testing.T) bool {
+	t.Helper()
+	env := rdmatest.Require(t)
+	ctx, err := OpenDevice(env.Device)
+	must(t, err)
+	defer ctx.Close()
+	dev, err := ctx.QueryDevice()
+	must(t, err)
+	if dev.Transport != TransportIWARP {
+		return true
+	}
+	port, err := ctx.QueryPort(1)
+	must(t, err)
+	must(t, ctx.QueryGIDs(port))
+	if gid := port.GIDIndexFor(net.ParseIP(env.Addr), GIDTypeRoCEv2); gid >= 0 {
+		t.Fatalf("iWARP device %s has a RoCE v2 GID (index %d) for %s", env.Device, gid, env.Addr)
+	}
+	t.Logf("%s is iWARP: its QPs connect only through rdma_cm (internal/rdmacm's and the root package's tests run there)", env.Device)
+	return false
+}
+
 // testDevice opens the test device and finds the RoCE v2 GID of RDMA_TEST_ADDR.
 func testDevice(t testing.TB) (*Context, *Port, *DeviceAttr, int) {
 	env := rdmatest.Require(t)
@@ -131,6 +157,9 @@ func connectPair(t testing.TB, typ QPType, port *Port, lim PortLimits, gid int, 
 func TestQPPairSendRecv(t *testing.T) {
 	for _, typ := range []QPType{QPTypeRC, QPTypeUC} {
 		t.Run(typ.String(), func(t *testing.T) {
+			if !connectsByHand(t) {
+				return
+			}
 			ctx, port, dev, gid := testDevice(t)
 			lim := port.Limits(dev)
 			pd, err := ctx.AllocPD()
@@ -185,6 +214,9 @@ func TestQPPairSendRecv(t *testing.T) {
 // TestUDPair brings up a UD pair (qkey, no destination in the QP) and sends
 // through an AH, with the posts as fast calls and through cgo.
 func TestUDPair(t *testing.T) {
+	if !connectsByHand(t) {
+		return
+	}
 	for _, fast := range []bool{true, false} {
 		t.Run(map[bool]string{true: "fast", false: "cgo"}[fast], func(t *testing.T) {
 			old := SetFastCalls(fast)
@@ -273,6 +305,9 @@ func TestNoSuchDevice(t *testing.T) {
 // an access outside it, or with the key of an invalidated binding, fails at
 // the initiator; an invalidated window binds again under a new key.
 func TestMemoryWindowType2(t *testing.T) {
+	if !windowsOnDevice(t) || !connectsByHand(t) {
+		return
+	}
 	ctx, port, dev, gid := testDevice(t)
 	if !dev.MemWindow2 {
 		t.Fatalf("device reports no type 2 memory windows (max_mw %d)", dev.MaxMW)
@@ -426,4 +461,28 @@ func TestMemoryWindowType2(t *testing.T) {
 	if wc := read(b2, 22, mr.Addr()+uint64(len(mem))-8, 9, rkey3); wc.Status != WCRemAccessErr {
 		t.Fatalf("read one byte past the MR through the window: %+v, want remote access error", wc)
 	}
+}
+
+// windowsOnDevice reports whether the test device has type 2 memory
+// windows; where it has none it checks that a window is refused.
+func windowsOnDevice(t *testing.T) bool {
+	t.Helper()
+	env := rdmatest.Require(t)
+	ctx, err := OpenDevice(env.Device)
+	must(t, err)
+	defer ctx.Close()
+	dev, err := ctx.QueryDevice()
+	must(t, err)
+	if dev.MemWindow2 {
+		return true
+	}
+	pd, err := ctx.AllocPD()
+	must(t, err)
+	defer pd.Close()
+	if mw, err := pd.AllocMW(); err == nil {
+		mw.Close()
+		t.Fatalf("%s reports no type 2 memory windows (max_mw %d) but allocated one", env.Device, dev.MaxMW)
+	}
+	t.Logf("%s has no type 2 memory windows: a window is refused", env.Device)
+	return false
 }
