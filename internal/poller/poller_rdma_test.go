@@ -130,20 +130,20 @@ func TestCQsWithinMaxCQE(t *testing.T) {
 		}
 		got = append(got, p)
 	}
-	if got[0] != got[1] || got[1] != got[2] || got[3] == got[0] {
+	// A device that cannot resize a CQ (Soft-iWARP) keeps its first CQs at
+	// 64 entries and makes new ones at 300: which connections share then
+	// depends on the order the group found that out; every CQ still holds
+	// what was attached to it, within the limit.
+	if !g.fixedCQ && (got[0] != got[1] || got[1] != got[2] || got[3] == got[0] || len(g.Pollers()) != 2) {
 		t.Fatalf("3 x 100 entries should share one CQ of at most 300 and the 4th get a new one; pollers %d", len(g.Pollers()))
 	}
-	// A device that cannot resize a CQ (Soft-iWARP) may keep its first CQ
-	// at 64 entries beside those made at 300: count only where it can.
-	if n := len(g.Pollers()); !g.fixedCQ && n != 2 {
-		t.Fatalf("3 x 100 entries and 100 more: %d pollers, want 2", n)
-	} else if g.fixedCQ {
-		t.Logf("the device cannot resize a CQ: %d pollers", n)
-	}
 	for _, p := range g.Pollers() {
-		if p.cq.Size > 300 {
-			t.Fatalf("a CQ of %d entries, above the 300 allowed", p.cq.Size)
+		if p.cq.Size > 300 || p.reserved > p.cq.Size {
+			t.Fatalf("a CQ of %d entries holding %d, limit 300", p.cq.Size, p.reserved)
 		}
+	}
+	if g.fixedCQ {
+		t.Logf("the device cannot resize a CQ: %d pollers", len(g.Pollers()))
 	}
 	if _, _, err := g.Attach(nop, 400); err == nil || !strings.Contains(err.Error(), "allows 300 per CQ") {
 		t.Fatalf("attach of 400 entries: %v", err)
