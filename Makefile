@@ -117,11 +117,17 @@ rdma-tests: setup
 	@n=$$(sort -u $(TESTS)/rdma-tests.log 2>/dev/null | wc -l); \
 	if [ "$$n" = 0 ]; then echo "FAIL: no RDMA test ran inside Soft-RoCE"; exit 1; fi; \
 	echo "RDMA tests that ran inside Soft-RoCE ($$n):"; sort -u $(TESTS)/rdma-tests.log | sed 's/^/  /'
-	@test -s $(TESTS)/counters.txt || { echo "FAIL: no RNR counters read from the device"; exit 1; }
-	@if awk '$$1 ~ /rnr/ && $$2 != 0 {bad=1} END {exit !bad}' $(TESTS)/counters.txt; then \
-	  echo "FAIL: RNR retries happened (flow control let a send reach an unposted receive):"; \
-	  cat $(TESTS)/counters.txt; exit 1; fi
-	@echo "RNR counters of the device stayed at zero through the suite"
+	@# iWARP has no RNR retry (a send that finds no receive ends the
+	@# connection, which the suite would have seen) and siw no counters.
+	@if [ "$${SOFTROCE_PROVIDER:-rxe}" = siw ]; then \
+	  echo "Soft-iWARP: no RNR counters to check (iWARP has no RNR retry)"; \
+	else \
+	  test -s $(TESTS)/counters.txt || { echo "FAIL: no RNR counters read from the device"; exit 1; }; \
+	  if awk '$$1 ~ /rnr/ && $$2 != 0 {bad=1} END {exit !bad}' $(TESTS)/counters.txt; then \
+	    echo "FAIL: RNR retries happened (flow control let a send reach an unposted receive):"; \
+	    cat $(TESTS)/counters.txt; exit 1; fi; \
+	  echo "RNR counters of the device stayed at zero through the suite"; \
+	fi
 
 test: setup vet unit fuzz rdma-tests faults
 	@echo "make test: PASS"
