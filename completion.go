@@ -23,19 +23,23 @@ func (c *engine) handleCompletions(wcs []verbs.WC) {
 	}
 	c.recvWRs = c.recvWRs[:0]
 	c.stream.uncredited = 0
-	heard := false
+	heard, recvs := false, false
 	for i := range wcs {
 		wc := &wcs[i]
 		idx := int(wc.WRID & wrIdxMask)
 		if wc.WRID&wrKindMask == wrRecv {
 			c.recvPosted--
 			heard = heard || wc.Status == verbs.WCSuccess
+			recvs = true
 			c.recvLocked(wc, idx)
 			continue
 		}
 		c.sqRetireLocked(idx, wc) // send queue: idx is the request's position
 	}
-	if heard && c.firstHeard != nil {
+	if recvs && c.firstHeard != nil {
+		// A message, or the flush of a connection that ended first (a
+		// received message completes before the flushes behind it).
+		c.firstEnded = !heard
 		c.firstHeard()
 		c.firstHeard = nil
 	}

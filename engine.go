@@ -94,9 +94,13 @@ type engine struct {
 	recvDeferred atomic.Bool  // recvReady is not empty: a waiter posts it first
 	toRelease    []buffer.Buf // released after c.mu is dropped (a release may recycle into another connection)
 	// firstHeard, on the passive side until the handshake ends, is called
-	// by the first successful receive completion: the dialer is
-	// established even if its RTU was lost (awaitEstablished).
+	// by the first receive completion: a message means the dialer is
+	// established even if its RTU was lost (awaitEstablished); a flush
+	// (firstEnded) that the connection ended first.
 	firstHeard context.CancelFunc
+	// firstEnded: the first receive completion firstHeard reported was a
+	// flush (the connection ended before the dialer sent anything).
+	firstEnded bool
 }
 
 // newConn makes the connection object and its endpoint (the endpoint's

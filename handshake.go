@@ -107,20 +107,31 @@ func awaitEstablished(ctx context.Context, ch *rdmacm.Channel, id *rdmacm.ID, he
 // (heard), ending early if the dialer disconnects instead: a dialer that
 // refused this side's Hello can no longer reject once the CM connected the
 // QPs, so it disconnects.
-func awaitFirstMessage(ctx context.Context, ch *rdmacm.Channel, heard context.Context, transport fmt.Stringer) error {
+func (c *engine) awaitFirstMessage(ctx context.Context, ch *rdmacm.Channel, heard context.Context) error {
 	for heard.Err() == nil {
 		ev, err := cmsetup.WaitEvent(heard, ch)
 		if err != nil {
 			break // heard (or ctx, from which it derives) is done
 		}
 		if ev.Type == rdmacm.EventDisconnected {
-			return fmt.Errorf("%w: the dialer disconnected before sending anything (it may have refused this "+
-				"side's Hello: see its error)", ErrHandshake)
+			// The dialer's message may be in the CQ still: take the QP
+			// down, and its flushes (behind that message) end the wait.
+			c.mu.Lock()
+			c.answerDisconnectLocked()
+			c.qpDownLocked()
+			c.mu.Unlock()
 		}
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: the dialer sent nothing after establishing, and on this device (%s) "+
-			"the connecting side must send first: %w", ErrHandshake, transport, context.Cause(ctx))
+			"the connecting side must send first: %w", ErrHandshake, c.dev.Caps.Transport, context.Cause(ctx))
+	}
+	c.mu.Lock()
+	ended := c.firstEnded
+	c.mu.Unlock()
+	if ended {
+		return fmt.Errorf("%w: the dialer disconnected before sending anything (it may have refused this "+
+			"side's Hello: see its error)", ErrHandshake)
 	}
 	return nil
 }
@@ -399,7 +410,7 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 		// This side may send only once the dialer has (iWARP's MPA): the
 		// dialer's first message, a probe that uses the control-message
 		// reserve, comes at once (confirmEstablished).
-		if err = awaitFirstMessage(ctx, ch, heard, c.dev.Caps.Transport); err != nil {
+		if err = c.awaitFirstMessage(ctx, ch, heard); err != nil {
 			return nil, err
 		}
 	}
