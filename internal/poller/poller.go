@@ -146,7 +146,7 @@ var errCQFull = errors.New("completion queue full")
 // its size where CQs cannot be resized. Called with g.mu held.
 func (g *Group) cqRoom(p *Poller) int {
 	if g.fixedCQ {
-		return p.cq.Size
+		return min(p.cq.Size, g.cfg.MaxCQE) // a device may round a CQ's size up past the cap
 	}
 	return g.cfg.MaxCQE
 }

