@@ -14,6 +14,18 @@ import (
 	"github.com/verbline/rdma/internal/rdmatest"
 )
 
+// openTestDevice opens the test device, closed at the test's end, and
+// queries its attributes.
+func openTestDevice(t *testing.T) (*Context, *DeviceAttr) {
+	t.Helper()
+	ctx, err := OpenDevice(rdmatest.Require(t).Device)
+	must(t, err)
+	t.Cleanup(func() { ctx.Close() })
+	dev, err := ctx.QueryDevice()
+	must(t, err)
+	return ctx, dev
+}
+
 // connectsByHand reports whether the test device's QPs can be connected
 // without rdma_cm, as this package's pair tests do (InfiniBand and RoCE:
 // an address vector to the port's own GID). An iWARP device has no such
@@ -22,11 +34,7 @@ import (
 func connectsByHand(t *testing.T) bool {
 	t.Helper()
 	env := rdmatest.Require(t)
-	ctx, err := OpenDevice(env.Device)
-	must(t, err)
-	defer ctx.Close()
-	dev, err := ctx.QueryDevice()
-	must(t, err)
+	ctx, dev := openTestDevice(t)
 	if dev.Transport != TransportIWARP {
 		return true
 	}
@@ -468,11 +476,7 @@ func TestMemoryWindowType2(t *testing.T) {
 func windowsOnDevice(t *testing.T) bool {
 	t.Helper()
 	env := rdmatest.Require(t)
-	ctx, err := OpenDevice(env.Device)
-	must(t, err)
-	defer ctx.Close()
-	dev, err := ctx.QueryDevice()
-	must(t, err)
+	ctx, dev := openTestDevice(t)
 	if dev.MemWindow2 {
 		return true
 	}
