@@ -309,6 +309,8 @@ func exchange(t *testing.T, a, b *Conn) {
 		}()
 		got := make([]byte, len(data))
 		if _, err := io.ReadFull(dir.to, got); err != nil {
+			t.Logf("writer: %s", dir.from.debugState())
+			t.Logf("reader: %s", dir.to.debugState())
 			t.Fatalf("%s stream: %v", dir.name, err)
 		}
 		if err := <-errc; err != nil {

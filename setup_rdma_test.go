@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -181,6 +182,11 @@ func TestSetupProfile(t *testing.T) {
 		modes = modes[1:]
 	case "nopool":
 		modes = modes[:1]
+	}
+	if d.Caps.CMConnectsQP {
+		// The CM connects the QP there (iWARP): no QP is pooled.
+		t.Logf("%s: the CM connects its QPs, so no QP pool: measuring without one", d.Name())
+		modes = slices.DeleteFunc(modes, func(m *mode) bool { return m.pool })
 	}
 	for _, m := range modes {
 		m.seqSteps, m.conSteps = newStepStats(), newStepStats()
