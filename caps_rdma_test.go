@@ -56,6 +56,36 @@ func TestConnOnDeviceCapabilities(t *testing.T) {
 	if want := !caps.Immediates || forceTrailers.Load(); trailers != want {
 		t.Fatalf("the connection uses trailers: %v, want %v (immediate data: %v)", trailers, want, caps.Immediates)
 	}
+
+	// DeviceInfo says what the device read here says, and an inline room
+	// no larger than the connection's QP has (the library may ask for
+	// less than the device's most: siw grants 80 bytes, the library uses 64).
+	info, err := c.DeviceInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qi, err := c.QPInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("DeviceInfo: %s", info)
+	want := DeviceInfo{
+		Name: rdmatest.Require(t).Device, Transport: caps.Transport.String(),
+		MemoryWindows: caps.MemoryWindows, Immediates: caps.Immediates, Atomics: caps.Atomics != verbs.AtomicNone,
+		Datagrams: caps.UD, MaxInline: info.MaxInline, MaxSendSGE: caps.MaxSendSGE, MaxReadSGE: caps.MaxReadSGE,
+		ReadDepth: caps.ReadDepth, PrivateDataConnect: caps.PrivateDataConnect, PrivateDataAccept: caps.PrivateDataAccept,
+		ActiveSendsFirst: caps.ActiveSendsFirst, SendsCompleteLocally: caps.SendsCompleteLocally,
+	}
+	if info.MaxInline > qi.MaxInline || (qi.MaxInline > 0 && info.MaxInline <= 0) {
+		t.Errorf("DeviceInfo.MaxInline %d, want from 1 to the QP's %d", info.MaxInline, qi.MaxInline)
+	}
+	if info != want {
+		t.Errorf("DeviceInfo %+v, want %+v", info, want)
+	}
+	c.Close()
+	if _, err := c.DeviceInfo(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("DeviceInfo after Close: %v, want net.ErrClosed", err)
+	}
 }
 
 // TestPacketConnOnDeviceCapabilities: a PacketConn opens where the device

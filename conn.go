@@ -189,6 +189,18 @@ func (c *Conn) QPInfo() (QPInfo, error) {
 	return info, c.wrap("qp info", err)
 }
 
+// DeviceInfo returns what the connection's RDMA device can do, as the
+// library read it when the device was opened: which paths the connection
+// takes (docs/devices.md). Over TCP it returns an error wrapping
+// ErrNotRDMA.
+func (c *Conn) DeviceInfo() (DeviceInfo, error) {
+	if c.tcp != nil {
+		return DeviceInfo{}, c.tcp.OpError("device info", ErrNotRDMA)
+	}
+	info, err := c.deviceInfo()
+	return info, c.wrap("device info", err)
+}
+
 // The message view.
 
 // MaxMessageSize is the largest message Send accepts. Up to the peer's

@@ -72,6 +72,7 @@ func (*engine) localAddr() net.Addr                          { return nil }
 func (*engine) remoteAddr() net.Addr                         { return nil }
 func (*engine) stats() ConnStats                             { return ConnStats{} }
 func (*engine) qpInfo() (QPInfo, error)                      { return QPInfo{}, errNoRDMA }
+func (*engine) deviceInfo() (DeviceInfo, error)              { return DeviceInfo{}, errNoRDMA }
 func (*engine) maxMessageSize() int                          { return 0 }
 func (*engine) alloc(int) (buffer.Buf, error)                { return buffer.Buf{}, errNoRDMA }
 func (*engine) messages() <-chan buffer.Buf                  { return closedMessages }

@@ -544,7 +544,8 @@ func ExampleReadMetrics() {
 	fmt.Println("bytes received:", after.BytesReceived-before.BytesReceived)
 	// By device (Soft-RoCE's is rxe0): its share of the counters, and the
 	// hardware counters its driver keeps in sysfs, which count every user
-	// of the device (rdma.DeviceCounters reads them without a connection).
+	// of the device (rdma.DeviceCounters reads them without a connection;
+	// some drivers, siw among them, keep none).
 	withPorts := 0
 	for _, d := range after.Devices {
 		if d.PortsError == "" && len(d.Ports) > 0 {
@@ -564,7 +565,8 @@ func ExampleReadMetrics() {
 // A connection's queue pair as the device holds it (ibv_query_qp): its
 // state, the path MTU rdma_cm resolved, and the transport settings of this
 // side's Config, rounded as the device keeps them. For debugging: each call
-// is a system call.
+// is a system call. On an iWARP device (siw) the retry count and the ACK
+// timeout print 0 and 0s (n=0): TCP retransmits there.
 func ExampleConn_QPInfo() {
 	host := os.Getenv("RDMA_TEST_ADDR") // an IP of an RDMA-capable netdev
 	if host == "" {

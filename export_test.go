@@ -5,12 +5,18 @@ package rdma
 import (
 	"fmt"
 	"testing"
+
+	"github.com/verbline/rdma/internal/verbs"
 )
 
 // CheckLeaksAtEnd is checkLeaksAtEnd for the external test package
 // (example_rdma_test.go runs the examples under the same leak checks as
 // the package's own tests).
 func CheckLeaksAtEnd(t testing.TB) { checkLeaksAtEnd(t) }
+
+// OnIWARPDevice reports whether the test device is an iWARP device, for
+// the external test package.
+func OnIWARPDevice(t *testing.T) bool { return testDeviceCaps(t).Transport == verbs.TransportIWARP }
 
 // debugState describes the connection's credit and queue accounting, for a
 // test that found a connection stalled.

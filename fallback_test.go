@@ -389,6 +389,7 @@ func TestFallbackOneSidedRefused(t *testing.T) {
 	_, exportErr := c.Export(local, RemoteWrite|RemoteRead)
 	_, noteErr := c.RecvNotification(ctx)
 	_, qpErr := c.QPInfo()
+	_, devErr := c.DeviceInfo()
 	_, casErr := c.CompareAndSwap(ctx, remote, 0, 0, 1)
 	_, faaErr := c.FetchAdd(ctx, remote, 0, 1)
 	_, atomicExportErr := c.Export(local, RemoteAtomic)
@@ -406,6 +407,7 @@ func TestFallbackOneSidedRefused(t *testing.T) {
 		"PostReadRemote":       c.PostReadRemote(local, remote, 0, 1),
 		"RecvNotification":     noteErr,
 		"QPInfo":               qpErr,
+		"DeviceInfo":           devErr,
 	} {
 		var oe *net.OpError
 		if !errors.Is(err, ErrNotRDMA) || !errors.As(err, &oe) || oe.Net != "tcp" {

@@ -110,3 +110,64 @@ type ConnStats struct {
 	// receive rings hold now (they grow with traffic: see Config.RecvBuffers).
 	BufferBytes uint64
 }
+
+// DeviceInfo is what a connection's RDMA device can do, as the library
+// reads it once per device (ibv_query_device and the device's transport)
+// and chooses its paths by it: docs/devices.md says what each path needs
+// and what the library does without it. [Conn.DeviceInfo] returns it;
+// verbline-doctor prints the same for every device on the machine.
+type DeviceInfo struct {
+	Name string // the device's name, e.g. "mlx5_0", "rxe0", "siw0"
+	// Transport is "InfiniBand" (InfiniBand and RoCE: a RoCE port's link
+	// layer is Ethernet) or "iWARP".
+	Transport string
+	// MemoryWindows: type 2 memory windows. With them a large message is
+	// lent, and an export keyed, through a window valid on this
+	// connection's queue pair only; without, through a registration of
+	// exactly its bytes, whose key is valid on every connection of the
+	// device (docs/limits-and-security.md).
+	MemoryWindows bool
+	// Immediates: SEND and RDMA WRITE with immediate data. Without them
+	// each message's header travels as a trailer in its payload (wire
+	// protocol 1.4), and WriteRemoteImm is a write and a notify message.
+	Immediates bool
+	// Atomics: RDMA compare-and-swap and fetch-and-add (CompareAndSwap,
+	// FetchAndAdd fail with errors.ErrUnsupported without them).
+	Atomics bool
+	// Datagrams: UD queue pairs, which ListenPacket needs.
+	Datagrams bool
+	// MaxInline is the payload a send carries inside its work request,
+	// as the device granted it to this library's queue pairs.
+	MaxInline int
+	// MaxSendSGE and MaxReadSGE: scatter/gather entries of a send and of
+	// an RDMA READ's sink.
+	MaxSendSGE, MaxReadSGE int
+	// ReadDepth is the RDMA READs a queue pair may serve at once.
+	ReadDepth int
+	// PrivateDataConnect and PrivateDataAccept: the bytes rdma_cm carries
+	// for the handshake in a connect request and in an accept.
+	PrivateDataConnect, PrivateDataAccept int
+	// ActiveSendsFirst: the connecting side must send a connection's first
+	// message (iWARP); the library's dialer does, at once.
+	ActiveSendsFirst bool
+	// SendsCompleteLocally: a send or write completes once the transport
+	// took it, before the peer has it (iWARP): a blocking WriteRemote
+	// returns before the peer's device checked the key.
+	SendsCompleteLocally bool
+}
+
+// String is the DeviceInfo on one line, as the doctor prints it.
+func (d DeviceInfo) String() string {
+	yes := map[bool]string{true: "yes", false: "no"}
+	s := fmt.Sprintf("%s: transport %s; memory windows %s; immediates %s; atomics %s; datagrams %s; inline %d; "+
+		"SGEs send %d, READ sink %d; READ depth %d; CM private data %d on connect, %d on accept",
+		d.Name, d.Transport, yes[d.MemoryWindows], yes[d.Immediates], yes[d.Atomics], yes[d.Datagrams], d.MaxInline,
+		d.MaxSendSGE, d.MaxReadSGE, d.ReadDepth, d.PrivateDataConnect, d.PrivateDataAccept)
+	if d.ActiveSendsFirst {
+		s += "; the connecting side sends first"
+	}
+	if d.SendsCompleteLocally {
+		s += "; sends complete locally"
+	}
+	return s
+}

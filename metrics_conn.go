@@ -182,3 +182,19 @@ func (c *engine) qpInfo() (QPInfo, error) {
 	}
 	return info, nil
 }
+
+// deviceInfo is the public form of the connection's device capabilities.
+func (c *engine) deviceInfo() (DeviceInfo, error) {
+	if c.isClosed() {
+		return DeviceInfo{}, net.ErrClosed
+	}
+	d, cp := c.dev, c.dev.Caps
+	return DeviceInfo{
+		Name: d.Name(), Transport: cp.Transport.String(),
+		MemoryWindows: cp.MemoryWindows, Immediates: cp.Immediates, Atomics: cp.Atomics != verbs.AtomicNone,
+		Datagrams: cp.UD, MaxInline: int(d.InlineGranted.Load()),
+		MaxSendSGE: cp.MaxSendSGE, MaxReadSGE: cp.MaxReadSGE, ReadDepth: cp.ReadDepth,
+		PrivateDataConnect: cp.PrivateDataConnect, PrivateDataAccept: cp.PrivateDataAccept,
+		ActiveSendsFirst: cp.ActiveSendsFirst, SendsCompleteLocally: cp.SendsCompleteLocally,
+	}, nil
+}

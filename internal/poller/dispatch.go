@@ -36,8 +36,8 @@ type Handler func(wcs []verbs.WC)
 type table struct {
 	mu    sync.Mutex
 	snap  atomic.Pointer[[]Handler]
-	free  []uint32 // released tokens, reused oldest first
-	count int
+	free  []uint32     // released tokens, reused oldest first
+	count atomic.Int32 // handlers in the table: Attach reads it under the group's lock, not the table's
 }
 
 func newTable() *table {
@@ -65,7 +65,7 @@ func (t *table) add(h Handler) uint32 {
 	copy(next, old)
 	next[tok] = h
 	t.snap.Store(&next)
-	t.count++
+	t.count.Add(1)
 	return tok
 }
 
@@ -81,7 +81,7 @@ func (t *table) remove(tok uint32) {
 	next[tok] = nil
 	t.snap.Store(&next)
 	t.free = append(t.free, tok)
-	t.count--
+	t.count.Add(-1)
 }
 
 // dispatch hands each run of consecutive completions with the same token to

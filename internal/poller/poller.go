@@ -266,7 +266,7 @@ func (g *Group) Attach(h Handler, entries int) (*Poller, uint32, error) {
 			if p.reserved+entries > g.cqRoom(p) || p.Err() != nil {
 				continue // full (its CQ cannot grow that far), or failed
 			}
-			if best == nil || p.handlers.count < best.handlers.count {
+			if best == nil || p.handlers.count.Load() < best.handlers.count.Load() {
 				best = p
 			}
 		}

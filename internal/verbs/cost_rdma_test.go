@@ -4,6 +4,7 @@ package verbs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -266,5 +267,36 @@ func costPingPongThreads(b *testing.B) {
 		if err := <-errc; err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkCostRegister: registering a region of memory already touched
+// (its pages present) and deregistering it, with local access only, as the
+// buffer pool registers an arena (4 MiB by default) and as a large message
+// or an export gets a registration of exactly its bytes where windows
+// cannot bound an access. It is what isolating keys per connection without
+// memory windows would cost: a protection domain per connection, with
+// every buffer its queue pair touches registered in it (docs/devices.md).
+func BenchmarkCostRegister(b *testing.B) {
+	for _, n := range []int{64 << 10, 1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", n>>10), func(b *testing.B) {
+			ctx, _ := openTestDevice(b)
+			pd, err := ctx.AllocPD()
+			must(b, err)
+			defer pd.Close()
+			mem, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			must(b, err)
+			defer unix.Munmap(mem)
+			for i := 0; i < n; i += os.Getpagesize() {
+				mem[i] = 1
+			}
+			b.SetBytes(int64(n))
+			b.ResetTimer()
+			for range b.N {
+				mr, err := pd.RegMR(mem, AccessLocalWrite)
+				must(b, err)
+				must(b, mr.Close())
+			}
+		})
 	}
 }

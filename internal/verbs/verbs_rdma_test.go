@@ -16,7 +16,7 @@ import (
 
 // openTestDevice opens the test device, closed at the test's end, and
 // queries its attributes.
-func openTestDevice(t *testing.T) (*Context, *DeviceAttr) {
+func openTestDevice(t testing.TB) (*Context, *DeviceAttr) {
 	t.Helper()
 	ctx, err := OpenDevice(rdmatest.Require(t).Device)
 	must(t, err)
