@@ -132,7 +132,7 @@ type DeviceInfo struct {
 	// protocol 1.4), and WriteRemoteImm is a write and a notify message.
 	Immediates bool
 	// Atomics: RDMA compare-and-swap and fetch-and-add (CompareAndSwap,
-	// FetchAndAdd fail with errors.ErrUnsupported without them).
+	// FetchAdd fail with errors.ErrUnsupported without them).
 	Atomics bool
 	// Datagrams: UD queue pairs, which ListenPacket needs.
 	Datagrams bool
@@ -156,7 +156,7 @@ type DeviceInfo struct {
 	SendsCompleteLocally bool
 }
 
-// String is the DeviceInfo on one line, as the doctor prints it.
+// String is the DeviceInfo on one line, for a log.
 func (d DeviceInfo) String() string {
 	yes := map[bool]string{true: "yes", false: "no"}
 	s := fmt.Sprintf("%s: transport %s; memory windows %s; immediates %s; atomics %s; datagrams %s; inline %d; "+
