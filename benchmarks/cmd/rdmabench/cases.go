@@ -118,6 +118,9 @@ type Sample struct {
 	// Packets: the device's packets per message (round trip), both
 	// directions, on one host (packets.go); 0 when not counted.
 	Packets float64 `json:"packets,omitempty"`
+	// Stages: CPU profile samples by stage of the message's path (-stages,
+	// stages.go), keyed "client.stage" / "server.stage" (ours and the floor).
+	Stages map[string]float64 `json:"stages,omitempty"`
 	// CPU: each CPU's busy time per message (round trip) on one host (cpu.go).
 	CPU []CPUUse `json:"cpu,omitempty"`
 	// Harness: this process's own CPU time over the same window, as a share

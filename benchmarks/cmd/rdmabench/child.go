@@ -3,9 +3,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -172,20 +174,53 @@ func startProfile(serve bool) (stop func(), err error) {
 	}
 	stopBlock := func() { stopOnlyBlock(); stopPerf() }
 	prefix := os.Getenv("RDMABENCH_CPUPROFILE")
-	if prefix == "" {
+	stages := os.Getenv(stagesEnv) != ""
+	if prefix == "" && !stages {
 		return stopBlock, nil
 	}
 	if hz, err := strconv.Atoi(os.Getenv("RDMABENCH_CPUPROFILE_HZ")); err == nil && hz > 0 {
 		runtime.SetCPUProfileRate(hz)
 	}
 	profiling = true
-	f, err := os.Create(profilePath(prefix, serve))
-	if err != nil {
-		stopBlock()
-		return nil, err
+	var out []io.Writer
+	var f *os.File
+	if prefix != "" {
+		if f, err = os.Create(profilePath(prefix, serve)); err != nil {
+			stopBlock()
+			return nil, err
+		}
+		out = append(out, f)
 	}
-	pprof.StartCPUProfile(f)
-	return func() { pprof.StopCPUProfile(); f.Close(); stopBlock() }, nil
+	var prof bytes.Buffer
+	if stages {
+		out = append(out, &prof)
+	}
+	pprof.StartCPUProfile(io.MultiWriter(out...))
+	return func() {
+		pprof.StopCPUProfile()
+		if f != nil {
+			f.Close()
+		}
+		if stages {
+			printStages(&prof)
+		}
+		stopBlock()
+	}, nil
+}
+
+// stagesEnv, set by the harness's -stages, makes each child profile its CPU
+// and print its samples by stage (stages.go) on a "stages" line.
+const stagesEnv = "RDMABENCH_STAGES"
+
+// printStages prints a CPU profile's samples by stage for runOurs.
+func printStages(prof io.Reader) {
+	counts, err := profileStages(prof)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "stages: reading the CPU profile: %v\n", err)
+		return
+	}
+	b, _ := json.Marshal(counts)
+	fmt.Printf("stages %s\n", b)
 }
 
 // startBlockProfile: RDMABENCH_BLOCKPROFILE=prefix records every blocking
@@ -288,7 +323,7 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 		return nil, childErr(fmt.Errorf("client: %v; server: %v", status(cli, cerr), status(srv, serr)), srv, cli)
 	}
 	var sample *Sample
-	counters := map[string]float64{}
+	counters, stages := map[string]float64{}, map[string]float64{}
 	for i, p := range []*proc{srv, cli} {
 		for _, l := range p.stdout.lines() {
 			if js, ok := strings.CutPrefix(l, "result "); ok && sample == nil {
@@ -297,6 +332,16 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 					return nil, childErr(fmt.Errorf("bad result line %q: %w", l, err), p)
 				}
 				sample = &s
+			}
+			if js, ok := strings.CutPrefix(l, "stages "); ok {
+				var m map[string]float64
+				if err := json.Unmarshal([]byte(js), &m); err != nil {
+					return nil, childErr(fmt.Errorf("bad stages line %q: %w", l, err), p)
+				}
+				side := [...]string{"server.", "client."}[i]
+				for k, v := range m {
+					stages[side+k] = v
+				}
 			}
 			if js, ok := strings.CutPrefix(l, "counters "); ok {
 				var m map[string]float64
@@ -315,6 +360,9 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 	}
 	if len(counters) > 0 {
 		sample.Counters = counters
+	}
+	if len(stages) > 0 {
+		sample.Stages = stages
 	}
 	return sample, nil
 }

@@ -88,6 +88,7 @@ func main() {
 		cmpCells  = flag.String("compare-cells", "", "with -compare: only the cells of `METRIC[/SIZE]`, e.g. latency/64B")
 		grpcMode  = flag.Bool("grpc", false, "run the gRPC cases (grpcrdma, grpc-go over rdma.Conn and over TCP, the message view's stream as the ceiling) instead of the data path's")
 		verbose   = flag.Bool("v", false, "log the phases of every run (server ready, client done, ...)")
+		stagesOn  = flag.Bool("stages", false, "profile the CPU of our cases and the Go floor, and print each one's samples by stage of the message's path (dispatch, credits, waiter, copy, post, clock, locks, ...); RDMABENCH_CPUPROFILE_HZ sets the rate (default 1000 here)")
 	)
 	flag.IntVar(rounds, "reps", defaultRounds, "the same as -rounds (and sets -lat-rounds unless given)")
 	var goalSpecs []string
@@ -213,6 +214,13 @@ func main() {
 	if *grpcMode {
 		h.metrics = grpcMetrics
 	}
+	if *stagesOn {
+		// The children inherit both: they profile and print their stages.
+		os.Setenv(stagesEnv, "1")
+		if os.Getenv("RDMABENCH_CPUPROFILE_HZ") == "" {
+			os.Setenv("RDMABENCH_CPUPROFILE_HZ", "1000")
+		}
+	}
 	if *pin {
 		if _, err := exec.LookPath("taskset"); err != nil || runtime.NumCPU() < 2 {
 			h.logf("not pinning: needs taskset and 2 CPUs (have %d)", runtime.NumCPU())
@@ -224,6 +232,9 @@ func main() {
 		if _, err := exec.LookPath(tool); err != nil {
 			h.logf("warning: %s not found (install perftest); its baseline will fail", tool)
 		}
+	}
+	if _, err := exec.LookPath("rstream"); err != nil {
+		h.logf("warning: rstream not found (install rdmacm-utils); its baseline will fail")
 	}
 
 	if *listen != "" {
@@ -454,7 +465,7 @@ func (h *harness) roundsOf(m Metric) int {
 // TCP, or the Go floor.
 type runner struct {
 	Label  string // column name
-	Kind   string // "ours", "peer", "perftest", "tcp" or "floor"
+	Kind   string // "ours", "peer", "perftest", "rstream", "tcp" or "floor"
 	Metric Metric
 	Case   *Case         // ours, tcp and floor: the case run
 	Tool   *perftestTool // perftest
@@ -491,6 +502,8 @@ func (r runner) Cmd(h *harness, size int) string {
 			return fmt.Sprintf("%s over TCP to %s, size %d, iterations %d", r.Case.Name, h.remote.peer, size, iters)
 		}
 		return fmt.Sprintf("%s over TCP 127.0.0.1, size %d, iterations %d", r.Case.Name, size, iters)
+	case "rstream":
+		return strings.Join(rstreamArgs(r.Metric, size, iters), " ")
 	case "floor":
 		return fmt.Sprintf("%s: send/receive ping-pong over raw verbs (rdma_cm connection, busy-polled CQ, no library logic), size %d, iterations %d", r.Case.Name, size, iters)
 	}
@@ -563,6 +576,10 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 			if t.Metric == m && baselines.MatchString(t.Label()) {
 				mp.Baselns = append(mp.Baselns, runner{Label: t.Label(), Kind: "perftest", Metric: m, Tool: t})
 			}
+		}
+		if (m == RStreamLatency || m == RStreamBandwidth) && h.remote == nil && baselines.MatchString("rstream") {
+			// The tool runs on one host only: make bench-2host has no column for it.
+			mp.Baselns = append(mp.Baselns, runner{Label: "rstream", Kind: "rstream", Metric: m})
 		}
 		if tcpCase != nil && baselines.MatchString("tcp") {
 			mp.Baselns = append(mp.Baselns, runner{Label: "tcp", Kind: "tcp", Metric: m, Case: tcpCase})
@@ -676,6 +693,8 @@ func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, erro
 		return measure(r.Metric, iters+warmup, true, func() (*Sample, error) {
 			return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "verbs", size: size, iters: iters, warmup: warmup})
 		})
+	case "rstream":
+		return measure(r.Metric, 2*iters, true, func() (*Sample, error) { return h.runRStream(ctx, r.Metric, size, iters) })
 	case "perftest":
 		// Divided by -n: a warm-up of perftest's own would show as more
 		// packets per message.
@@ -700,6 +719,10 @@ func describeSample(m Metric, s *Sample, size int) string {
 		return fmt.Sprintf("%9.4f Mops/s", s.Value)
 	case GRPCCallers:
 		return fmt.Sprintf("%9.0f calls/s", s.Value)
+	case RStreamLatency:
+		return fmt.Sprintf("%9.2f µs  (mean)", s.Value)
+	case RStreamBandwidth:
+		return fmt.Sprintf("%9.2f MB/s", s.Value)
 	case GRPCStream:
 		return fmt.Sprintf("%9.2f MB/s", s.Value)
 	case Bandwidth:

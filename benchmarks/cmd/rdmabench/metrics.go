@@ -22,6 +22,12 @@ const (
 	AtomicLatency Metric = "atomic_us"
 	AtomicRate    Metric = "atomic_Mops"
 
+	// rstream's pattern (rstream.go): the mean one-way time of a transfer,
+	// one each way per iteration; and many transfers one way, then as many
+	// back, in MB/s with both directions' transfers counted.
+	RStreamLatency   Metric = "rstream_lat_us"
+	RStreamBandwidth Metric = "rstream_bw_MBps"
+
 	// The gRPC metrics (-grpc, cases_grpc.go).
 	GRPCUnary   Metric = "grpc_unary_us"    // one unary call's round trip, µs
 	GRPCCallers Metric = "grpc_callers_cps" // unary calls per second, 16 callers on one connection
@@ -31,7 +37,7 @@ const (
 // metrics lists the data path's metrics in the order they run and are
 // reported; grpcMetrics are -grpc's.
 var (
-	metrics     = []Metric{Latency, Bandwidth, Rate, AtomicLatency, AtomicRate}
+	metrics     = []Metric{Latency, Bandwidth, Rate, RStreamLatency, RStreamBandwidth, AtomicLatency, AtomicRate}
 	grpcMetrics = []Metric{GRPCUnary, GRPCCallers, GRPCStream}
 	allMetrics  = append(slices.Clone(metrics), grpcMetrics...)
 )
@@ -53,6 +59,10 @@ func (m Metric) Short() string {
 		return "atomic-lat"
 	case AtomicRate:
 		return "atomic-rate"
+	case RStreamLatency:
+		return "rstream-lat"
+	case RStreamBandwidth:
+		return "rstream-bw"
 	}
 	return "rate"
 }
@@ -60,9 +70,9 @@ func (m Metric) Short() string {
 // Unit is the unit for tables and axes.
 func (m Metric) Unit() string {
 	switch m {
-	case Latency, GRPCUnary, AtomicLatency:
+	case Latency, GRPCUnary, AtomicLatency, RStreamLatency:
 		return "µs"
-	case Bandwidth, GRPCStream:
+	case Bandwidth, GRPCStream, RStreamBandwidth:
 		return "MB/s"
 	case GRPCCallers:
 		return "calls/s"
@@ -89,12 +99,18 @@ func (m Metric) Title() string {
 		return "RDMA atomics, one operation's round trip (not halved), one outstanding"
 	case AtomicRate:
 		return fmt.Sprintf("RDMA fetch-and-add rate, %d outstanding, 10^6 operations/s", atomicDepth)
+	case RStreamLatency:
+		return "rstream's latency test: one transfer each way per iteration, mean one-way time per transfer"
+	case RStreamBandwidth:
+		return "rstream's bandwidth test: the transfers one way, then as many back, MB/s of both directions, MB = 10^6 bytes"
 	}
 	return "Message rate, 64 B messages, one direction"
 }
 
 // LowerIsBetter is true for latencies.
-func (m Metric) LowerIsBetter() bool { return m == Latency || m == GRPCUnary || m == AtomicLatency }
+func (m Metric) LowerIsBetter() bool {
+	return m == Latency || m == GRPCUnary || m == AtomicLatency || m == RStreamLatency
+}
 
 // latencyLike metrics have a mean and percentiles besides their median.
 func (m Metric) latencyLike() bool { return m == Latency || m == GRPCUnary || m == AtomicLatency }
@@ -132,6 +148,8 @@ func (m Metric) Sizes(mode runMode) []int {
 		return []int{256 << 10}
 	case m == AtomicLatency || m == AtomicRate:
 		return []int{8} // an atomic's word
+	case m == RStreamBandwidth:
+		return []int{64 << 10}
 	}
 	return []int{64}
 }
@@ -167,6 +185,10 @@ func (w Workload) Iters(m Metric, size int) int {
 		return 4 * w.GRPCCalls
 	case GRPCStream:
 		return max(int(w.BWBytes/2/int64(size)), 8)
+	case RStreamLatency:
+		return 10 * w.LatIters // transfers each way: a mean needs no percentile, and rstream's own runs are longer
+	case RStreamBandwidth:
+		return max(int(w.BWBytes/2/int64(size)), 8) // each way: BWBytes in all
 	}
 	return w.RateMsgs
 }

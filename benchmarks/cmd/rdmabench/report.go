@@ -249,6 +249,7 @@ func (r *report) printTable(w io.Writer) {
 		r.printCounters(w, mp)
 		r.printPackets(w, mp)
 		r.printCPU(w, mp)
+		r.printStages(w, mp)
 	}
 	if r.h.remote != nil || r.h.verbose {
 		r.printSpread(w)
@@ -399,7 +400,7 @@ type jsonResult struct {
 	Metric        Metric   `json:"metric"`
 	Size          int      `json:"size"`
 	Ours          *float64 `json:"ours"`
-	Baseline      string   `json:"baseline"` // "perftest", "tcp" or "floor"
+	Baseline      string   `json:"baseline"` // "perftest", "rstream", "tcp" or "floor"
 	BaselineLabel string   `json:"baseline_label"`
 	BaselineCmd   string   `json:"baseline_cmd"`
 	BaselineValue *float64 `json:"baseline_value"`
@@ -528,4 +529,35 @@ func (r *report) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// printStages shows, with -stages, each case's CPU samples by stage at each
+// size, summed over its rounds (stages.go).
+func (r *report) printStages(w io.Writer, mp metricPlan) {
+	for _, size := range mp.Sizes {
+		var rows []string
+		counts := map[string]map[string]float64{}
+		for _, o := range mp.rows() {
+			c := r.cells[cellKey{mp.Metric, size, o.Label}]
+			if c == nil {
+				continue
+			}
+			for _, s := range c.Samples {
+				if s.Stages == nil {
+					continue
+				}
+				if counts[o.Label] == nil {
+					counts[o.Label] = map[string]float64{}
+					rows = append(rows, o.Label)
+				}
+				for k, v := range s.Stages {
+					counts[o.Label][k] += v
+				}
+			}
+		}
+		if len(rows) > 0 {
+			fmt.Fprintf(w, "  %s:\n", sizeString(size))
+			writeStages(w, rows, counts)
+		}
+	}
 }
