@@ -92,8 +92,11 @@ func rstreamPattern(m Metric) func(s *Side) (*Sample, error) {
 		}
 		el := time.Since(start)
 		if s.Server {
-			if _, err := s.Conn.Read(sync); err != io.EOF {
-				return nil, fmt.Errorf("after the last transfer: want the client's close, got %v", err)
+			if n, err := s.Conn.Read(sync); err != io.EOF {
+				if err == nil {
+					return nil, fmt.Errorf("after the last transfer: %d bytes more from the client, want its close", n)
+				}
+				return nil, fmt.Errorf("after the last transfer: want the client's close: %w", err)
 			}
 			return nil, nil
 		}
