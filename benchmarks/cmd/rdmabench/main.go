@@ -694,7 +694,8 @@ func (h *harness) runOne(ctx context.Context, r runner, size int) (*Sample, erro
 			return h.runOurs(ctx, childArgs{caseName: r.Case.Name, network: "verbs", size: size, iters: iters, warmup: warmup})
 		})
 	case "rstream":
-		return measure(r.Metric, 2*iters, true, func() (*Sample, error) { return h.runRStream(ctx, r.Metric, size, iters) })
+		// Per transfer each way (a round trip in the latency test), as ours.
+		return measure(r.Metric, iters, true, func() (*Sample, error) { return h.runRStream(ctx, r.Metric, size, iters) })
 	case "perftest":
 		// Divided by -n: a warm-up of perftest's own would show as more
 		// packets per message.
