@@ -136,8 +136,9 @@ type DeviceInfo struct {
 	Atomics bool
 	// Datagrams: UD queue pairs, which ListenPacket needs.
 	Datagrams bool
-	// MaxInline is the payload a send carries inside its work request,
-	// as the device granted it to this library's queue pairs.
+	// MaxInline is the largest payload a send of this connection carries
+	// inside its work request (the library may ask a device for less
+	// inline room than its most: QPInfo.MaxInline is the device's).
 	MaxInline int
 	// MaxSendSGE and MaxReadSGE: scatter/gather entries of a send and of
 	// an RDMA READ's sink.

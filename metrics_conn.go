@@ -192,7 +192,7 @@ func (c *engine) deviceInfo() (DeviceInfo, error) {
 	return DeviceInfo{
 		Name: d.Name(), Transport: cp.Transport.String(),
 		MemoryWindows: cp.MemoryWindows, Immediates: cp.Immediates, Atomics: cp.Atomics != verbs.AtomicNone,
-		Datagrams: cp.UD, MaxInline: int(d.InlineGranted.Load()),
+		Datagrams: cp.UD, MaxInline: c.ep.maxInline,
 		MaxSendSGE: cp.MaxSendSGE, MaxReadSGE: cp.MaxReadSGE, ReadDepth: cp.ReadDepth,
 		PrivateDataConnect: cp.PrivateDataConnect, PrivateDataAccept: cp.PrivateDataAccept,
 		ActiveSendsFirst: cp.ActiveSendsFirst, SendsCompleteLocally: cp.SendsCompleteLocally,

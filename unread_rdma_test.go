@@ -167,7 +167,12 @@ func TestUnreadConnectionBound(t *testing.T) {
 func TestUnreadDeviceBound(t *testing.T) {
 	waitNoDevice(t)
 	const poolMax, size, count, conns = 48 << 20, 1 << 20, 12, 4
-	cfg := &Config{PoolMaxBytes: poolMax} // MaxUnreadBytes: 16 MiB each, 48 MiB in all
+	// MaxUnreadBytes: 16 MiB each, 48 MiB in all. Both ends of every
+	// connection are in this process, on one pool: the senders' buffers
+	// and ten connections' rings share the half the readers leave. Small
+	// receive buffers keep the rings (grown to 14 credits each) to one
+	// arena, so that the other half's room is what the test shows.
+	cfg := &Config{PoolMaxBytes: poolMax, BufferSize: 4096}
 	ctx, cancel := context.WithTimeout(context.Background(), rdmatest.Scale(60*time.Second))
 	defer cancel()
 	type pair struct {
