@@ -64,9 +64,11 @@ func rstreamPattern(m Metric) func(s *Side) (*Sample, error) {
 		client := !s.Server
 		xfer := func(b []byte, send bool) error {
 			if send {
+				phase(phaseSend)
 				_, err := s.Conn.Write(b)
 				return err
 			}
+			phase(phaseRecv)
 			_, err := io.ReadFull(s.Conn, b)
 			return err
 		}

@@ -22,13 +22,15 @@ import (
 // belongs to (so time.Now inside the waiter counts as clock, a mutex inside
 // the completion handler as locks); a sample taken inside C (a post or a
 // poll through the fast calls has no Go stack there) goes by the phase
-// label the latency clients set (phase).
+// label the latency clients set (phase); what no rule claims goes by its
+// innermost frame (stageOf).
 var stageRules = []struct {
 	stage string
 	match func(fn string) bool
 }{
 	{"clock", func(fn string) bool {
-		return fn == "time.Now" || fn == "runtime.nanotime" || fn == "runtime.nanotime1" || fn == "time.Since" || fn == "runtime.walltime"
+		return fn == "time.Now" || fn == "time.runtimeNow" || fn == "time.now" || fn == "time.Since" ||
+			fn == "runtime.nanotime" || fn == "runtime.nanotime1" || fn == "runtime.walltime"
 	}},
 	{"copy", func(fn string) bool { return fn == "runtime.memmove" || fn == "runtime.memclrNoHeapPointers" }},
 	{"locks", func(fn string) bool {
@@ -48,10 +50,10 @@ var stageRules = []struct {
 			strings.Contains(f, "window")
 	}},
 	{"post", func(fn string) bool {
-		return strings.HasPrefix(fn, libPrefix+"/internal/verbs.(*QP).Post") || strings.Contains(fn, "sqPush") ||
-			strings.HasPrefix(fn, libPrefix+".(*engine).post")
+		return method(fn, libPrefix+"/internal/verbs.(*QP).", "post") || strings.Contains(fn, "sqPush") ||
+			method(fn, libPrefix+".(*engine).", "post")
 	}},
-	{"poll", func(fn string) bool { return strings.HasPrefix(fn, libPrefix+"/internal/verbs.(*CQ).Poll") }},
+	{"poll", func(fn string) bool { return method(fn, libPrefix+"/internal/verbs.(*CQ).", "poll") }},
 	{"waiter", func(fn string) bool { return strings.HasPrefix(fn, libPrefix+"/internal/poller.(*Waiter).") }},
 	{"dispatch", func(fn string) bool {
 		return strings.HasPrefix(fn, libPrefix+"/internal/poller.(*table).dispatch") ||
@@ -66,24 +68,32 @@ var stageRules = []struct {
 			fn == "runtime.gopark" || fn == "runtime.goready" || fn == "runtime.Gosched" || fn == "runtime.mcall" ||
 			fn == "runtime.futex" || fn == "runtime.usleep" || fn == "runtime.netpoll"
 	}},
-	{"library, other", func(fn string) bool { return strings.HasPrefix(fn, libPrefix) }},
-	{"benchmark", func(fn string) bool { return strings.HasPrefix(fn, "main.") }},
 }
 
 const libPrefix = "github.com/verbline/rdma"
 
+// method reports whether fn is a method of the type prefix names whose
+// name starts with verb, in either case (PostSend and post alike).
+func method(fn, prefix, verb string) bool {
+	m, ok := strings.CutPrefix(fn, prefix)
+	return ok && strings.HasPrefix(strings.ToLower(m), verb)
+}
+
 // stageNames are the stages in report order: the rules', the two of C
-// (by phase label), and the rest.
+// (by phase label), and those of the innermost frame.
 var stageNames = func() []string {
 	var s []string
 	for _, r := range stageRules {
 		s = append(s, r.stage)
 	}
-	return append(s, "C: post (send phase)", "C: poll (recv phase)", "C: other", "other")
+	return append(s, "C: post (send phase)", "C: poll (recv phase)", "C: other",
+		"library, other", "benchmark", "runtime, other", "other")
 }()
 
 // stageOf is the stage of a sample whose stack is frames (innermost
-// first, inlined calls included) and whose phase label is phase.
+// first, inlined calls included) and whose phase label is phase. What no
+// rule claims goes by its innermost frame: the benchmark's own code is at
+// the root of every sample of its goroutine, so the root cannot decide.
 func stageOf(frames []string, phase string) string {
 	for _, r := range stageRules {
 		for _, fn := range frames {
@@ -100,6 +110,17 @@ func stageOf(frames []string, phase string) string {
 			return "C: poll (recv phase)"
 		}
 		return "C: other"
+	}
+	if len(frames) == 0 {
+		return "other"
+	}
+	switch fn := frames[0]; {
+	case strings.HasPrefix(fn, libPrefix):
+		return "library, other"
+	case strings.HasPrefix(fn, "main."):
+		return "benchmark"
+	case strings.HasPrefix(fn, "runtime."):
+		return "runtime, other"
 	}
 	return "other"
 }

@@ -29,7 +29,12 @@ func TestStageOf(t *testing.T) {
 		{[]string{"runtime._ExternalCode"}, "", "C: other"},
 		{[]string{"runtime.findRunnable", "runtime.schedule"}, "", "scheduler"},
 		{[]string{"main.pingPong"}, "other", "benchmark"},
-		{[]string{"runtime.sigtramp"}, "", "other"},
+		{[]string{libPrefix + ".(*engine).fillChunks", libPrefix + ".(*engine).write", "main.pingPong"}, "send", "library, other"},
+		{[]string{"io.ReadAtLeast", "main.pingPong"}, "recv", "other"},
+		{[]string{"runtime.sigtramp"}, "", "runtime, other"},
+		{[]string{libPrefix + "/internal/verbs.(*QP).post", libPrefix + "/internal/verbs.(*QP).PostRecvSend"}, "send", "post"},
+		{[]string{libPrefix + "/internal/verbs.(*CQ).poll", libPrefix + "/internal/verbs.(*CQ).PollTries"}, "recv", "poll"},
+		{[]string{"time.runtimeNow", "time.Now", libPrefix + ".(*engine).handleCompletions"}, "recv", "clock"},
 	} {
 		if got := stageOf(tc.frames, tc.phase); got != tc.want {
 			t.Errorf("stageOf(%v, %q) = %q, want %q", tc.frames, tc.phase, got, tc.want)
