@@ -186,7 +186,10 @@ func (w Workload) Iters(m Metric, size int) int {
 	case GRPCStream:
 		return max(int(w.BWBytes/2/int64(size)), 8)
 	case RStreamLatency:
-		return 10 * w.LatIters // transfers each way: a mean needs no percentile, and rstream's own runs are longer
+		// Transfers each way: a mean needs no percentile, and rstream's own
+		// runs are longer; capped so that the TCP column (a 64 B round trip
+		// of about 0.3 ms in the guest) stays well within -timeout.
+		return min(10*w.LatIters, 50000)
 	case RStreamBandwidth:
 		return max(int(w.BWBytes/2/int64(size)), 8) // each way: BWBytes in all
 	}
