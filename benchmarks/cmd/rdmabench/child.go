@@ -333,24 +333,19 @@ func (h *harness) runOurs(ctx context.Context, a childArgs) (*Sample, error) {
 				}
 				sample = &s
 			}
-			if js, ok := strings.CutPrefix(l, "stages "); ok {
+			// "counters {json}" and "stages {json}": each side's, keyed by side.
+			for prefix, into := range map[string]map[string]float64{"counters ": counters, "stages ": stages} {
+				js, ok := strings.CutPrefix(l, prefix)
+				if !ok {
+					continue
+				}
 				var m map[string]float64
 				if err := json.Unmarshal([]byte(js), &m); err != nil {
-					return nil, childErr(fmt.Errorf("bad stages line %q: %w", l, err), p)
+					return nil, childErr(fmt.Errorf("bad %sline %q: %w", prefix, l, err), p)
 				}
 				side := [...]string{"server.", "client."}[i]
 				for k, v := range m {
-					stages[side+k] = v
-				}
-			}
-			if js, ok := strings.CutPrefix(l, "counters "); ok {
-				var m map[string]float64
-				if err := json.Unmarshal([]byte(js), &m); err != nil {
-					return nil, childErr(fmt.Errorf("bad counters line %q: %w", l, err), p)
-				}
-				side := [...]string{"server.", "client."}[i]
-				for k, v := range m {
-					counters[side+k] = v
+					into[side+k] = v
 				}
 			}
 		}

@@ -47,7 +47,12 @@ func rstreamArgs(m Metric, size, n int) []string {
 // in MB/s (10^6 bytes), both directions' transfers counted, as rstream
 // counts them.
 func rstreamSample(m Metric, size, n int, el time.Duration) *Sample {
-	perXfer := float64(el) / float64(time.Microsecond) / float64(2*n)
+	return perXferSample(m, size, float64(el)/float64(time.Microsecond)/float64(2*n))
+}
+
+// perXferSample is m's value from the time of one transfer of size bytes,
+// in µs, as rstream reports it (usec/xfer).
+func perXferSample(m Metric, size int, perXfer float64) *Sample {
 	if m == RStreamLatency {
 		return &Sample{Value: perXfer, Avg: perXfer}
 	}
@@ -154,10 +159,7 @@ func parseRStream(out string, m Metric, size int) (*Sample, error) {
 		if err != nil || perXfer <= 0 {
 			return nil, fmt.Errorf("rstream's usec/xfer %q in %q is not a time", f[7], l)
 		}
-		if m == RStreamLatency {
-			return &Sample{Value: perXfer, Avg: perXfer}, nil
-		}
-		return &Sample{Value: float64(size) / perXfer}, nil
+		return perXferSample(m, size, perXfer), nil
 	}
 	return nil, fmt.Errorf("no report line (\"custom ...\") in rstream's output %q", firstLine(out))
 }
