@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/verbline/rdma/internal/cmsetup"
@@ -139,9 +140,36 @@ func (c *engine) awaitFirstMessage(ctx context.Context, ch *rdmacm.Channel, hear
 // dialConn runs the active side: resolve address and route, create the QP
 // (INIT), send our hello in the connect request, and on the listener's answer
 // validate its hello, move the QP to RTR and RTS and establish.
+//
+// Where the CM connects the QP (iWARP) the dial is a kernel TCP connection
+// from the port rdma_cm gave the id, and rdma_cm picks ports without asking
+// TCP: the port may be bound by a TCP socket (the connect fails with
+// EADDRINUSE), or a live socket may connect the same two ports (a closed
+// connection's, which TCP is still closing after rdma_cm freed its port:
+// EADDRNOTAVAIL; a pair in TIME_WAIT is reused), and nothing has reached
+// the listener. The dial is made again from a new id, so from
+// another port, at most tcpPortAttempts times in all.
 func dialConn(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort) (*Conn, error) {
-	return dialHello(ctx, cfg, laddr, raddr, (*Conn).hello)
+	for attempt := 1; ; attempt++ {
+		c, err := dialHello(ctx, cfg, laddr, raddr, (*Conn).hello)
+		if err == nil || !errors.Is(err, errTCPPortTaken) || attempt == tcpPortAttempts || ctx.Err() != nil {
+			return c, err
+		}
+	}
 }
+
+// tcpPortAttempts bounds dialConn's attempts when TCP holds the port
+// rdma_cm chose: rdma_cm picks at random from the ephemeral range (and
+// never its last port twice in a row), so three ports in a row taken
+// means TCP holds much of the range.
+const tcpPortAttempts = 3
+
+// errTCPPortTaken marks an iWARP connect that TCP refused the local port
+// rdma_cm chose.
+var errTCPPortTaken = errors.New("the kernel's TCP holds the local port rdma_cm chose (iWARP connections " +
+	"are TCP connections, and rdma_cm does not ask TCP): a TCP socket is bound to it, or one connects the " +
+	"same two ports; the dial tried a new port each time (if TCP holds much of the ephemeral range, " +
+	"net.ipv4.ip_local_port_range, widen it)")
 
 // dialHello is dialConn announcing hello's private data.
 func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, hello helloFunc) (_ *Conn, err error) {
@@ -202,6 +230,9 @@ func dialHello(ctx context.Context, cfg *Config, laddr, raddr netip.AddrPort, he
 		RetryCount: uint8(cfg.RetryCount), RNRRetryCount: rnrRetry, QPNum: ep.qp.Num, Blocking: cmQP}
 	if cmQP {
 		if abandoned, err = connectBlocking(ctx, c, id, ch, param); err != nil {
+			if errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EADDRINUSE) {
+				err = fmt.Errorf("%w (local port %d): %w", errTCPPortTaken, id.LocalAddr().Port(), err)
+			}
 			return nil, err
 		}
 	} else if err = id.Connect(param); err != nil {

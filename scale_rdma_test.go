@@ -170,7 +170,8 @@ func TestManyConnections(t *testing.T) {
 // TestDialCycles: RDMA_TEST_CYCLES (default 400; make soak runs 10,000) sequential dial, echo,
 // close cycles against one listener while a long-lived connection holds the
 // device (so each cycle pays no device set-up): goroutines, open fds, QPs
-// and pool bytes do not grow.
+// and the pool's bytes in use do not grow, nor its arenas beyond what a new
+// peak of bytes in use needed.
 func TestDialCycles(t *testing.T) {
 	n := envInt("RDMA_TEST_CYCLES", 400)
 	checkLeaksAtEnd(t)
@@ -236,9 +237,19 @@ func TestDialCycles(t *testing.T) {
 	t.Logf("%d cycles in %v: %.1f ms per dial+echo+close (%.0f/s); after %d: %+v, pool in use %d KiB, registered %d MiB; after %d: %+v, pool in use %d KiB, registered %d MiB",
 		n-warm, el, el.Seconds()*1000/float64(n-warm), float64(n-warm)/el.Seconds(),
 		warm, before, poolBefore.InUseBytes>>10, poolBefore.ArenaBytes>>20, n, after, poolAfter.InUseBytes>>10, poolAfter.ArenaBytes>>20)
+	// A new arena is no leak if the buffers in use reached a new peak
+	// during the cycles (connections whose server side had not closed yet
+	// overlapping the next ones: the pool keeps arenas it mapped); an arena
+	// mapped with no new peak is space the pool lost.
+	arenaLost := poolAfter.ArenaBytes > poolBefore.ArenaBytes && poolAfter.HighWaterBytes <= poolBefore.HighWaterBytes
+	if poolAfter.ArenaBytes > poolBefore.ArenaBytes && !arenaLost {
+		t.Logf("the pool mapped %d KiB more while the buffers in use peaked at %d KiB (%d KiB before the cycles)",
+			(poolAfter.ArenaBytes-poolBefore.ArenaBytes)>>10, poolAfter.HighWaterBytes>>10, poolBefore.HighWaterBytes>>10)
+	}
 	if after.goroutines > before.goroutines || after.fds > before.fds || after.qps > before.qps ||
-		poolAfter.InUseBytes > poolBefore.InUseBytes || poolAfter.ArenaBytes > poolBefore.ArenaBytes {
-		t.Errorf("resources grew over %d cycles: %+v -> %+v, pool in use %d -> %d, registered %d -> %d", n-warm,
-			before, after, poolBefore.InUseBytes, poolAfter.InUseBytes, poolBefore.ArenaBytes, poolAfter.ArenaBytes)
+		poolAfter.InUseBytes > poolBefore.InUseBytes || arenaLost {
+		t.Errorf("resources grew over %d cycles: %+v -> %+v, pool in use %d -> %d, registered %d -> %d (buffers in use peaked at %d, %d before)", n-warm,
+			before, after, poolBefore.InUseBytes, poolAfter.InUseBytes, poolBefore.ArenaBytes, poolAfter.ArenaBytes,
+			poolAfter.HighWaterBytes, poolBefore.HighWaterBytes)
 	}
 }
