@@ -206,7 +206,7 @@ func (c *Conn) DeviceInfo() (DeviceInfo, error) {
 // MaxMessageSize is the largest message Send accepts. Up to the peer's
 // receive buffer size a message is sent into a receive buffer; above it
 // (up to the largest pool buffer, 4 MiB by default) the peer reads it from
-// the sender's buffer with one RDMA READ.
+// the sender's buffer with RDMA READs.
 // Either way it arrives whole and is never copied.
 func (c *Conn) MaxMessageSize() int {
 	if c.tcp != nil {

@@ -249,7 +249,7 @@ func ExampleConn_Send() {
 		}
 	}
 	// A message larger than the peer's receive buffers (32 KiB by default)
-	// is read by the peer straight from this Buf with one RDMA READ, and
+	// is read by the peer straight from this Buf with RDMA READs, and
 	// still arrives whole. c.MaxMessageSize() is the limit.
 	big, err := c.Alloc(1 << 20)
 	if err != nil {

@@ -26,8 +26,8 @@ import (
 // them stops its peer's writes too, as a full TCP window would.
 //
 // A message larger than the peer's receive buffers (up to MaxMessageSize)
-// is not split: the peer reads it from the sender's Buf with one RDMA READ
-// into a pool buffer of its size (rendezvous.go) and delivers that, in
+// is not split: the peer reads it from the sender's Buf with RDMA READs
+// into one pool buffer of its size (rendezvous.go) and delivers that, in
 // order; releasing it returns the buffer to the pool and the credit.
 //
 // How long bytes stay valid: a Buf from Alloc is the caller's until Send

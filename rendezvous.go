@@ -10,6 +10,7 @@ import (
 
 	"github.com/verbline/rdma/buffer"
 	"github.com/verbline/rdma/internal/hints"
+	"github.com/verbline/rdma/internal/testhooks"
 	"github.com/verbline/rdma/internal/verbs"
 	"github.com/verbline/rdma/internal/wire"
 )
@@ -65,8 +66,10 @@ type rendezvousState struct {
 	inbox      []int // receive buffers of messages not yet delivered, in order (a ring)
 	inHead     int
 	inLen      int
-	stalled    int             // incoming rendezvous without a buffer or a posted READ
-	reads      int             // READs in flight
+	stalled    int             // incoming rendezvous with bytes not yet asked for (no buffer, or READ pieces to post)
+	reads      int             // incoming rendezvous being read (READs posted, not all done)
+	pieces     int             // READs in flight (pieces of the messages being read)
+	ahead      int64           // bytes they ask for
 	held       int64           // bytes of pool buffers taken for incoming large messages, until released (MaxUnreadBytes)
 	doneQ      []uint32        // done answers waiting for send-queue room
 	inval      []int           // send slots whose window waits to be invalidated
@@ -81,17 +84,19 @@ const (
 	rvNone     rvState = iota // a small message (or nothing)
 	rvNeedBuf                 // announced; no buffer yet
 	rvWaitPool                // the pool is exhausted (or the sink needs a registration); a goroutine waits for a buffer
-	rvNeedPost                // has a buffer; the READ waits for send-queue room
-	rvReading                 // READ posted
+	rvNeedPost                // has a buffer; the READs wait for send-queue room
+	rvReading                 // READs posted (pieces: some may still wait for room)
 	rvReady                   // read; deliverable in order
 )
 
 // rvRecv is one incoming rendezvous, by the receive buffer that carried it.
 type rvRecv struct {
-	state rvState
-	desc  wire.Rendezvous
-	buf   buffer.Buf
-	sink  *verbs.MR // a registration of exactly buf with remote write, where READ sinks need one, until the READ ends
+	state  rvState
+	desc   wire.Rendezvous
+	posted uint32 // bytes the READs posted ask for
+	read   uint32 // bytes the READs completed have landed
+	buf    buffer.Buf
+	sink   *verbs.MR // a registration of exactly buf with remote write, where READ sinks need one, until the READs end
 }
 
 // bigSlot takes back a delivered large message: the buffer returns to the
@@ -346,13 +351,23 @@ func (c *engine) pumpRendezvousLocked() {
 		}
 		c.rdv.doneQ = append(c.rdv.doneQ[:0], c.rdv.doneQ[1:]...)
 	}
-	for i := 0; i < c.rdv.inLen && c.rdv.stalled > 0 && c.rdv.reads < maxRendezvous && c.sqUsedLocked() < c.ep.sqDepth; i++ {
+	for i := 0; i < c.rdv.inLen && c.rdv.stalled > 0 && c.sqUsedLocked() < c.ep.sqDepth; i++ {
 		idx := c.rdv.inbox[(c.rdv.inHead+i)%len(c.rdv.inbox)]
 		r := &c.rdv.in[idx]
-		if r.state == rvWaitPool {
+		switch r.state {
+		case rvNone, rvReady:
+			continue // a small message, or read
+		case rvReading:
+			if r.posted == r.desc.Region.Len {
+				continue // every piece asked for
+			}
+		case rvWaitPool:
 			return // first in line for the pool: later ones wait behind it
 		}
 		if r.state == rvNeedBuf {
+			if c.rdv.reads >= maxRendezvous {
+				return
+			}
 			// What a peer makes this side hold is bounded before any
 			// buffer is taken: the connection's share (MaxUnreadBytes; a
 			// release pumps again) and the device's (a goroutine waits for
@@ -396,21 +411,85 @@ func (c *engine) pumpRendezvousLocked() {
 			}
 			r.buf, r.state = b, rvNeedPost
 		}
+		if !c.postReadPiecesLocked(idx) {
+			return // later messages wait behind this one's pieces
+		}
+	}
+}
+
+// readChunk is about the most one RDMA READ of a large message asks for,
+// and readTail the size of its last READ (readPieceLen): a large message is
+// read in pieces, at most readAheadBytes of them in flight on a connection
+// (or one piece, if larger). Over a lossy wire a READ pays for all it asks
+// for at once: Soft-RoCE ignores a read response beyond the one it
+// expects, so a lost packet is noticed only when a response to a later
+// READ arrives (the requester then retries at once) or, with none to come,
+// when the retransmission timer fires (AckTimeout); and the retry asks
+// again for everything after the gap. Pieces bound what a retry repeats
+// (as the peer's credits bound it for the stream), and the small last piece
+// lets a loss anywhere before it be noticed by its response rather than by
+// the timer. On a clean wire the pieces pipeline as one READ would.
+const (
+	readChunk      = 64 << 10
+	readTail       = 256 // one packet at any MTU
+	readAheadBytes = 4 * readChunk
+)
+
+// readPieceLen is the length of the READ that starts at offset off of an
+// n-byte message: pieces of readChunk (the last of them up to readTail
+// longer, rather than a sliver), then readTail bytes; a message of at most
+// 2*readTail bytes in one.
+func readPieceLen(off, n uint32) uint32 {
+	if n <= 2*readTail {
+		return n - off
+	}
+	body := n - readTail
+	if off >= body {
+		return n - off
+	}
+	if rest := body - off; rest < readChunk+readTail {
+		return rest
+	}
+	return readChunk
+}
+
+// postReadPiecesLocked posts the READs of the rendezvous in receive buffer
+// idx (which has its buffer) that the send queue and readAheadBytes allow, and
+// reports whether every piece is now asked for.
+func (c *engine) postReadPiecesLocked(idx int) bool {
+	r := &c.rdv.in[idx]
+	n := r.desc.Region.Len
+	lkey := r.buf.LKey()
+	if r.sink != nil {
+		lkey = r.sink.LKey
+	}
+	ahead := min(2*maxRendezvous, c.cfg.ReadDepth) // pieces: the NIC holds further READs, and every request behind them
+	whole := testhooks.WholeReads.Load()
+	for r.posted < n && c.rdv.pieces < ahead && c.sqUsedLocked() < c.ep.sqDepth {
+		l := readPieceLen(r.posted, n)
+		if whole {
+			l = n - r.posted
+		}
+		if c.rdv.pieces > 0 && c.rdv.ahead+int64(l) > readAheadBytes {
+			break
+		}
+		if c.postLocked(verbs.SendWR{Addr: r.buf.Addr() + uint64(r.posted), Len: l,
+			LKey: lkey, Opcode: verbs.OpRDMARead,
+			RemoteAddr: r.desc.Region.Addr + uint64(r.posted), RKey: r.desc.Region.RKey}, wrReadRv, idx, true) != nil {
+			return false
+		}
 		if r.state == rvNeedPost {
-			lkey := r.buf.LKey()
-			if r.sink != nil {
-				lkey = r.sink.LKey
-			}
-			if c.postLocked(verbs.SendWR{Addr: r.buf.Addr(), Len: r.desc.Region.Len,
-				LKey: lkey, Opcode: verbs.OpRDMARead,
-				RemoteAddr: r.desc.Region.Addr, RKey: r.desc.Region.RKey}, wrReadRv, idx, true) != nil {
-				return
-			}
 			r.state = rvReading
 			c.rdv.reads++
+		}
+		r.posted += l
+		c.rdv.pieces++
+		c.rdv.ahead += int64(l)
+		if r.posted == n {
 			c.rdv.stalled--
 		}
 	}
+	return r.posted == n
 }
 
 // awaitBuffer waits for the device's unread budget (unless charged) and
@@ -482,28 +561,44 @@ func (c *engine) awaitUnread(n int64) bool {
 	}
 }
 
-// readDoneLocked: the READ of the rendezvous in receive buffer idx ended.
+// readDoneLocked: a READ of the rendezvous in receive buffer idx ended.
+// Its READs complete in the order they were posted (RC), so each completion
+// lands the next piece; the message is read when the last one has.
 func (c *engine) readDoneLocked(idx int, wc *verbs.WC) {
-	c.rdv.reads--
-	if sink := c.rdv.in[idx].sink; sink != nil && wc.Status == verbs.WCSuccess {
-		c.rdv.in[idx].sink = nil
-		c.dev.CloseLendMR(sink) // else release closes it, once the QP is gone
+	c.rdv.pieces--
+	r := &c.rdv.in[idx]
+	l := readPieceLen(r.read, r.desc.Region.Len)
+	if testhooks.WholeReads.Load() {
+		l = r.posted - r.read
 	}
+	c.rdv.ahead -= int64(l)
 	switch wc.Status {
 	case verbs.WCSuccess:
 	case verbs.WCRemAccessErr, verbs.WCRemInvReqErr:
 		// The peer's NIC refused: its announcement named memory it had not
 		// lent us. The RC error has taken the QP down.
 		c.failLocked(fmt.Errorf("%w: reading a %d-byte message the peer announced: %w",
-			ErrRemoteAccess, c.rdv.in[idx].desc.Region.Len, wcErr(wc)))
+			ErrRemoteAccess, r.desc.Region.Len, wcErr(wc)))
 		return
 	default:
 		c.sendFailedLocked(wc)
 		return
 	}
-	r := &c.rdv.in[idx]
+	if r.state != rvReading {
+		return // released meanwhile
+	}
+	r.read += l
+	if r.read < r.desc.Region.Len {
+		c.pumpRendezvousLocked() // the next piece may go now
+		return
+	}
+	c.rdv.reads--
+	if r.sink != nil {
+		c.dev.CloseLendMR(r.sink) // on failure release closes it, once the QP is gone
+		r.sink = nil
+	}
 	r.state = rvReady
-	c.arrived.bytes += uint64(wc.ByteLen) // a large message's bytes count when its READ completes
+	c.arrived.bytes += uint64(r.desc.Region.Len) // a large message's bytes count when its last READ completes
 	c.rdv.doneQ = append(c.rdv.doneQ, r.desc.ID)
 	c.pumpRendezvousLocked()
 	c.drainInboxLocked()

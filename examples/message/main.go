@@ -2,7 +2,7 @@
 // registered buffer and sends it without a copy; the receiver gets the very
 // buffer the NIC wrote into, whole, on a channel, and releases it. Messages
 // larger than the receiver's buffers (the second phase) are read by the
-// receiver straight from the sender's buffer (one RDMA READ), still whole
+// receiver straight from the sender's buffer (RDMA READ), still whole
 // and uncopied.
 //
 //	message -addr 192.168.1.10      # both ends in one process, on an RDMA netdev's IP

@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 		}
 	}
 	nWrites = min(*writesFlag, slots)
+	if *wholeReads {
+		testhooks.WholeReads.Store(true)
+	}
 	if *rxeBindAnytime {
 		// Read by the library at each window bind (internal/device's quirks.go).
 		testhooks.RXEBindAnytime.Store(true)
@@ -70,6 +73,7 @@ var (
 	// (bindReadyLocked in post.go; docs/reliability.md): on by default, they check it.
 	rendezvous     = flag.Bool("faults.rendezvous", true, "TestLossyMessages: also sizes above the receive buffers (rendezvous); false: eager sizes only")
 	rxeBindAnytime = flag.Bool("faults.rxe-bind-anytime", false, "control runs: bind memory windows without waiting for an empty send queue (the library's Soft-RoCE workaround off: bindReadyLocked in post.go)")
+	wholeReads     = flag.Bool("faults.whole-reads", false, "control runs: read each large message with one RDMA READ instead of in pieces (rendezvous.go, readChunk)")
 	concurrent     = flag.Bool("faults.concurrent", false, "TestLossyMessages: both ways at once")
 	netemFlag      = flag.String("faults.netem", "", "netem arguments of the lossy tests instead of lossy's, separated by commas or spaces (loss,2%,delay,1ms)")
 	lossyRetries   = flag.Int("faults.lossy-retry-count", 0, "Config.RetryCount of both ends over the lossy wire (0: the library's default, 6)")

@@ -37,6 +37,12 @@ func Settle(limit time.Duration) {
 // (-faults.rxe-bind-anytime), which show the hang the rule prevents.
 var RXEBindAnytime atomic.Bool
 
+// WholeReads makes the rdma package read each large message with one RDMA
+// READ instead of in pieces (rendezvous.go, readChunk), for the fault
+// tests' control runs (-faults.whole-reads), which show what the pieces
+// gain over a lossy wire.
+var WholeReads atomic.Bool
+
 // ReplyBySIDR makes PacketConns opened while it is set answer senders by
 // resolving their address (an SIDR exchange), as on InfiniBand, instead of
 // from the GRH of their datagrams, as RoCE allows: the test of that path on
