@@ -70,6 +70,7 @@ type rendezvousState struct {
 	reads      int             // incoming rendezvous being read (READs posted, not all done)
 	pieces     int             // READs in flight (pieces of the messages being read)
 	ahead      int64           // bytes they ask for
+	unsigBytes int64           // bytes of the pieces posted since the last that asked for a completion
 	held       int64           // bytes of pool buffers taken for incoming large messages, until released (MaxUnreadBytes)
 	doneQ      []uint32        // done answers waiting for send-queue room
 	inval      []int           // send slots whose window waits to be invalidated
@@ -420,19 +421,19 @@ func (c *engine) pumpRendezvousLocked() {
 // readChunk is about the most one RDMA READ of a large message asks for,
 // and readTail the size of its last READ (readPieceLen): a large message is
 // read in pieces, at most readAheadBytes of them in flight on a connection
-// (or one piece, if larger). Over a lossy wire a READ pays for all it asks
-// for at once: Soft-RoCE ignores a read response beyond the one it
-// expects, so a lost packet is noticed only when a response to a later
-// READ arrives (the requester then retries at once) or, with none to come,
-// when the retransmission timer fires (AckTimeout); and the retry asks
-// again for everything after the gap. Pieces bound what a retry repeats
-// (as the peer's credits bound it for the stream), and the small last piece
-// lets a loss anywhere before it be noticed by its response rather than by
-// the timer. On a clean wire the pieces pipeline as one READ would.
+// (or one piece, if larger): the bytes of maxRendezvous 64 KiB messages,
+// which a clean wire's pipeline needs. Over a lossy wire a READ pays for
+// all it asks for at once: Soft-RoCE ignores a read response beyond the
+// one it expects, so a lost packet is noticed only when a response to a
+// later READ arrives (the requester then retries at once) or, with none to
+// come, when the retransmission timer fires (AckTimeout); and the retry
+// asks again for everything after the gap. Pieces bound what a retry
+// repeats, and the small last piece lets a loss anywhere before it be
+// noticed by its response rather than by the timer.
 const (
 	readChunk      = 64 << 10
 	readTail       = 256 // one packet at any MTU
-	readAheadBytes = 4 * readChunk
+	readAheadBytes = 8 * readChunk
 )
 
 // readPieceLen is the length of the READ that starts at offset off of an
@@ -473,9 +474,16 @@ func (c *engine) postReadPiecesLocked(idx int) bool {
 		if c.rdv.pieces > 0 && c.rdv.ahead+int64(l) > readAheadBytes {
 			break
 		}
+		// A piece asks for a completion if it is its message's last, or
+		// if the pieces since the last one that did reach half the
+		// read-ahead: RC completes a send queue's requests in order, so a
+		// completion retires the pieces before it, and the window always
+		// holds one whose completion will free it (where sends complete
+		// locally, iWARP, every READ asks for its own: sqPushLocked).
+		signal := r.posted+l == n || c.rdv.unsigBytes+int64(l) >= readAheadBytes/2
 		if c.postLocked(verbs.SendWR{Addr: r.buf.Addr() + uint64(r.posted), Len: l,
 			LKey: lkey, Opcode: verbs.OpRDMARead,
-			RemoteAddr: r.desc.Region.Addr + uint64(r.posted), RKey: r.desc.Region.RKey}, wrReadRv, idx, true) != nil {
+			RemoteAddr: r.desc.Region.Addr + uint64(r.posted), RKey: r.desc.Region.RKey}, wrReadRv, idx, signal) != nil {
 			return false
 		}
 		if r.state == rvNeedPost {
@@ -485,6 +493,11 @@ func (c *engine) postReadPiecesLocked(idx int) bool {
 		r.posted += l
 		c.rdv.pieces++
 		c.rdv.ahead += int64(l)
+		if signal {
+			c.rdv.unsigBytes = 0
+		} else {
+			c.rdv.unsigBytes += int64(l)
+		}
 		if r.posted == n {
 			c.rdv.stalled--
 		}
