@@ -471,7 +471,7 @@ func (c *engine) postReadPiecesLocked(idx int) bool {
 		if whole {
 			l = n - r.posted
 		}
-		if c.rdv.pieces > 0 && c.rdv.ahead+int64(l) > readAheadBytes {
+		if !whole && c.rdv.pieces > 0 && c.rdv.ahead+int64(l) > readAheadBytes {
 			break
 		}
 		// A piece asks for a completion if it is its message's last, or

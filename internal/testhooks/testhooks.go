@@ -38,9 +38,9 @@ func Settle(limit time.Duration) {
 var RXEBindAnytime atomic.Bool
 
 // WholeReads makes the rdma package read each large message with one RDMA
-// READ instead of in pieces (rendezvous.go, readChunk), for the fault
-// tests' control runs (-faults.whole-reads), which show what the pieces
-// gain over a lossy wire.
+// READ, up to maxRendezvous of them at once, instead of in pieces
+// (rendezvous.go, readChunk), for the fault tests' control runs
+// (-faults.whole-reads), which show what the pieces gain over a lossy wire.
 var WholeReads atomic.Bool
 
 // ReplyBySIDR makes PacketConns opened while it is set answer senders by
