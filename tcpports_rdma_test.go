@@ -117,12 +117,18 @@ func TestDialTCPPortTaken(t *testing.T) {
 // holder's side first (so that from is left free, with no TIME_WAIT).
 func holdPort(t *testing.T, holder net.Listener, from netip.AddrPort) func() {
 	t.Helper()
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(from)}
-	c, err := d.Dial("tcp", holder.Addr().String())
+	return connectFrom(t, holder, net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(from)})
+}
+
+// connectFrom dials ln with d and accepts the connection; the returned
+// func ends it, ln's side first (d's end is left with no TIME_WAIT).
+func connectFrom(t *testing.T, ln net.Listener, d net.Dialer) func() {
+	t.Helper()
+	c, err := d.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		t.Fatalf("TCP dial from %v: %v", from, err)
+		t.Fatalf("TCP dial from %v to %v: %v", d.LocalAddr, ln.Addr(), err)
 	}
-	s, err := holder.Accept()
+	s, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,20 +214,7 @@ func holdPair(t *testing.T, from, to netip.AddrPort) func() {
 		t.Fatal(err)
 	}
 	defer tl.Close()
-	d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(from), Control: reuseAddr}
-	c, err := d.Dial("tcp", tl.Addr().String())
-	if err != nil {
-		t.Fatalf("TCP dial from %v to %v: %v", from, to, err)
-	}
-	s, err := tl.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		s.Close()
-		io.Copy(io.Discard, c)
-		c.Close()
-	}
+	return connectFrom(t, tl, net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(from), Control: reuseAddr})
 }
 
 // lastUsedPort makes port the last one rdma_cm handed out, so that it
