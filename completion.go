@@ -36,12 +36,15 @@ func (c *engine) handleCompletions(wcs []verbs.WC) {
 		}
 		c.sqRetireLocked(idx, wc) // send queue: idx is the request's position
 	}
-	if recvs && c.firstHeard != nil {
+	if recvs && c.firstHeard != nil && !missFirst(heard) {
 		// A message, or the flush of a connection that ended first (a
 		// received message completes before the flushes behind it).
 		c.firstEnded = !heard
 		c.firstHeard()
 		c.firstHeard = nil
+	}
+	if heard && !c.peerHeard {
+		c.peerHeard = true
 	}
 	if heard && c.ka.timer != nil {
 		c.ka.lastHeard = time.Now() // once per batch, and only with keepalive on

@@ -101,6 +101,9 @@ type engine struct {
 	// firstEnded: the first receive completion firstHeard reported was a
 	// flush (the connection ended before the dialer sent anything).
 	firstEnded bool
+	// peerHeard: a message from the peer has arrived (it ends the dialer's
+	// repeated first message where the connecting side sends first).
+	peerHeard bool
 }
 
 // newConn makes the connection object and its endpoint (the endpoint's

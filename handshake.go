@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -331,10 +332,11 @@ func (c *engine) confirmEstablished() {
 	if c.features&wire.FeatureControlReserve == 0 {
 		return
 	}
-	if c.dev.Caps.ActiveSendsFirst {
+	if c.activeSendsFirst() {
 		c.mu.Lock()
 		c.sendCtlLocked(wire.KindKeepalive)
 		c.mu.Unlock()
+		c.reprobe(confirmAfter, time.Now().Add(c.cfg.HandshakeTimeout))
 		return
 	}
 	sent := c.ep.qp.PostCounts().SendWRs // a pooled QP's counts run on
@@ -346,6 +348,53 @@ func (c *engine) confirmEstablished() {
 		}
 		c.sendCtlLocked(wire.KindKeepalive)
 	})
+}
+
+// reprobe sends the dialer's first message again after the delay, and
+// again at doubling delays until the listener's answer arrives (a listener
+// that heard the first message sends one back, acceptHello) or the dialer's
+// HandshakeTimeout has passed. Soft-iWARP can leave a message unread that
+// reaches the listener during its accept: siw_accept sends the MPA reply
+// before it gives the socket's data-ready upcall to the QP, and the upcall
+// it replaces ignores data once the endpoint is in RDMA mode (Linux 6.1 and
+// 6.12, siw_cm.c). Such a message is read only when the next one arrives;
+// without another, the listener would give up at its HandshakeTimeout and
+// reset a connection its dialer believes established.
+func (c *engine) reprobe(after time.Duration, until time.Time) {
+	time.AfterFunc(after, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed || c.qpDown || c.released || c.peerHeard {
+			return
+		}
+		c.sendCtlLocked(wire.KindKeepalive) // refused only while the previous probe is in flight
+		if next := 2 * after; time.Now().Add(next).Before(until) {
+			c.reprobe(next, until)
+		}
+	})
+}
+
+// activeSendsFirst reports whether this connection follows the rule of
+// devices where the connecting side must send first (iWARP), or a test
+// made it follow the rule on another device.
+func (c *engine) activeSendsFirst() bool {
+	return c.dev.Caps.ActiveSendsFirst || forceActiveSendsFirst.Load()
+}
+
+// forceActiveSendsFirst, set by tests, makes new connections follow the
+// rule of devices where the connecting side must send first, so that the
+// rule's handshake runs on Soft-RoCE too.
+var forceActiveSendsFirst atomic.Bool
+
+// missFirstMessages, set by tests, is how many dialers' first messages
+// listeners fail to notice (their handshakes wait on for the next message),
+// as Soft-iWARP does when the message arrives during its accept (reprobe).
+var missFirstMessages atomic.Int32
+
+// missFirst reports whether the first receive completion of an accept in
+// progress goes unnoticed (missFirstMessages); heard: it was a message.
+func missFirst(heard bool) bool {
+	return heard && missFirstMessages.Load() > 0 && missFirstMessages.Add(-1) >= 0
 }
 
 // acceptConn runs the passive side for one connection request: validate the
@@ -437,7 +486,8 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	if cmQP {
 		ep.connectedByCM()
 	}
-	if c.dev.Caps.ActiveSendsFirst && c.features&wire.FeatureControlReserve != 0 {
+	awaitFirst := c.activeSendsFirst() && c.features&wire.FeatureControlReserve != 0
+	if awaitFirst {
 		// This side may send only once the dialer has (iWARP's MPA): the
 		// dialer's first message, a probe that uses the control-message
 		// reserve, comes at once (confirmEstablished).
@@ -451,6 +501,12 @@ func acceptHello(ctx context.Context, cfg *Config, ev rdmacm.Event, hello helloF
 	st.Step("accept -> established")
 	ep.established = true // its QP may go to the pool when it closes
 	c.start()
+	if awaitFirst {
+		// The answer that ends the dialer's repeated probes (reprobe).
+		c.mu.Lock()
+		c.sendCtlLocked(wire.KindKeepalive)
+		c.mu.Unlock()
+	}
 	st.Step("start")
 	return c, nil
 }
