@@ -138,7 +138,7 @@ test: setup vet unit fuzz rdma-tests faults
 # own run on 6.1/rxe. On Soft-iWARP (siw) every test that needs what the
 # device lacks (immediates, windows, atomics, UD, the QP pool, RNR retry)
 # asserts the documented outcome instead (docs/devices.md).
-MATRIX ?= 6.12/rxe 6.1/siw
+MATRIX ?= 6.12/rxe 6.1/siw 6.12/siw
 test-matrix:
 	@set -e; for m in $(MATRIX); do \
 	  echo "=== test-matrix: Linux $${m%/*}, $${m#*/}"; \
