@@ -160,16 +160,22 @@ func writePingPong(s *Side) (*Sample, error) {
 		}
 		return err
 	}
+	// The phases (-stages): a blocking write's send phase includes the wait
+	// for its own completion; taking a posted write's end (reap) counts as
+	// release, with the notification's.
 	if s.Server {
 		for {
+			phase(phaseRecv)
 			n, err := c.RecvNotification(ctx)
 			if err != nil {
 				return nil, nil // the client closed
 			}
+			phase(phaseRelease)
 			n.Release()
 			if err := reap(); err != nil {
 				return nil, err
 			}
+			phase(phaseSend)
 			if err := write(n.Imm); err != nil {
 				return nil, err
 			}
@@ -179,17 +185,21 @@ func writePingPong(s *Side) (*Sample, error) {
 	for i := 0; i < s.Warmup+s.Iters; i++ {
 		s.Slow.begin()
 		start := time.Now()
+		phase(phaseSend)
 		if err := write(uint32(i)); err != nil {
 			return nil, err
 		}
+		phase(phaseRecv)
 		n, err := c.RecvNotification(ctx)
 		if err != nil {
 			return nil, err
 		}
+		phase(phaseRelease)
 		n.Release()
 		if err := reap(); err != nil {
 			return nil, err
 		}
+		phase(phaseOther)
 		rtts = s.done(rtts, i, start)
 	}
 	return latencySample(rtts), nil
