@@ -76,6 +76,8 @@ vet: build-deps
 	@GO=$(GO) scripts/check-inlining
 	@# The tree speaks only of the library: no session or issue-number provenance.
 	@scripts/check-provenance
+	@# No built program is tracked.
+	@scripts/check-binaries
 
 unit: build-deps
 	$(GO) test -race -count=1 ./...
