@@ -423,8 +423,10 @@ type Config struct {
 	// refused as overloaded. 0 means 128.
 	Backlog int
 	// HandshakeTimeout bounds how long a listener waits for a dialer to
-	// finish its handshake (from the connect request to established).
-	// 0 means 5 s.
+	// finish its handshake (from the connect request to established). On
+	// a dialer where the connecting side must send first (iWARP) it bounds
+	// how long the dialer repeats its first message until the listener
+	// answers (docs/devices.md). 0 means 5 s.
 	HandshakeTimeout time.Duration
 }
 
