@@ -41,6 +41,9 @@ type Case struct {
 	Packet bool
 	// MaxSize: the case runs only at sizes up to it (0: every size).
 	MaxSize int
+	// Needs: what the case needs of the device beyond connections; on a
+	// device without it the case is left out of the plan.
+	Needs need
 	// DefaultConfig: the two ends use the library's default Config (its
 	// window starts small and grows with traffic), not -depth buffers.
 	DefaultConfig bool

@@ -14,9 +14,9 @@ import (
 // server exports a buffer with RemoteAtomic and sends its descriptor; the
 // client works on its first word, the server waits until the client closes.
 func init() {
-	register(Case{Name: "cas-lat", Metric: AtomicLatency, Run: atomicLatency(true)})
-	register(Case{Name: "faa-lat", Metric: AtomicLatency, Run: atomicLatency(false)})
-	register(Case{Name: "faa-rate", Metric: AtomicRate, Run: atomicRate})
+	register(Case{Name: "cas-lat", Metric: AtomicLatency, Run: atomicLatency(true), Needs: needAtomics})
+	register(Case{Name: "faa-lat", Metric: AtomicLatency, Run: atomicLatency(false), Needs: needAtomics})
+	register(Case{Name: "faa-rate", Metric: AtomicRate, Run: atomicRate, Needs: needAtomics})
 }
 
 // atomicDepth is the atomics outstanding in the rate case, on both ours

@@ -253,6 +253,15 @@ func main() {
 	if *lf.enabled {
 		os.Exit(h.loadMain(lf, *jsonPath, *svgPath))
 	}
+	if h.remote == nil {
+		// What the device lacks is left out of the plan, not failed in
+		// every round. Two hosts: the servers' device is not probed here.
+		if name, lacks, err := probeDevice(h.addr); err != nil {
+			h.logf("warning: the device's capabilities are unknown (%v): every case runs", err)
+		} else {
+			h.device, h.lacks = name, lacks
+		}
+	}
 	plan := h.plan(cre, bre)
 	if len(plan) == 0 {
 		fatalf("-cases %q selects no case (see -list)", *casesRe)
@@ -405,7 +414,9 @@ func fatalf(format string, a ...any) {
 // harness runs the plan: every child process and perftest goes through it.
 type harness struct {
 	addr                  string
-	self                  string // a private copy of this executable, re-executed for ours and TCP
+	device                string            // the RDMA device at addr, once probed
+	lacks                 func(need) string // what it lacks of a need (nil: not probed)
+	self                  string            // a private copy of this executable, re-executed for ours and TCP
 	depth                 int
 	spin                  time.Duration
 	procs                 int // GOMAXPROCS of our children (0: Go's default)
@@ -564,6 +575,10 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 				continue
 			}
 			if cases.MatchString(m.Short() + "/" + c.Name) {
+				if why := h.lack(c.Needs); why != "" {
+					h.logf("not run on %s: %s/%s: %s", h.device, m.Short(), c.Name, why)
+					continue
+				}
 				mp.Ours = append(mp.Ours, runner{Label: c.Name, Kind: "ours", Metric: m, Case: c})
 			}
 		}
@@ -574,6 +589,10 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 		for i := range perftestTools {
 			t := &perftestTools[i]
 			if t.Metric == m && baselines.MatchString(t.Label()) {
+				if why := h.lack(t.needs()); why != "" {
+					h.logf("not run on %s: %s baseline %s: %s", h.device, m.Short(), t.Label(), why)
+					continue
+				}
 				mp.Baselns = append(mp.Baselns, runner{Label: t.Label(), Kind: "perftest", Metric: m, Tool: t})
 			}
 		}
@@ -588,6 +607,15 @@ func (h *harness) plan(cases, baselines *regexp.Regexp) []metricPlan {
 		out = append(out, mp)
 	}
 	return out
+}
+
+// lack says why the device cannot run what needs n ("" if it can, or if
+// the device was not probed).
+func (h *harness) lack(n need) string {
+	if h.lacks == nil || n == needNothing {
+		return ""
+	}
+	return h.lacks(n)
 }
 
 // cellKey identifies the samples of one runner at one size.

@@ -18,8 +18,8 @@ import (
 
 // Cases of unreliable datagrams (PacketConn), beside perftest's -c UD.
 func init() {
-	register(Case{Name: "ud-pingpong", Metric: Latency, Run: udPingPong, Packet: true, MaxSize: udMaxSize})
-	register(Case{Name: "ud-msgrate", Metric: Rate, Run: udMsgRate, Packet: true, MaxSize: udMaxSize})
+	register(Case{Name: "ud-pingpong", Metric: Latency, Run: udPingPong, Packet: true, MaxSize: udMaxSize, Needs: needUD})
+	register(Case{Name: "ud-msgrate", Metric: Rate, Run: udMsgRate, Packet: true, MaxSize: udMaxSize, Needs: needUD})
 }
 
 // udMaxSize is the largest size the UD cases and baselines run at: one
