@@ -43,7 +43,6 @@ type acceptor struct {
 	// halfOpen are the handshakes in progress, oldest first: they count
 	// against the backlog, and the oldest is dropped when it is full.
 	halfOpen []*handshakeRun
-	dropped  uint64 // handshakes dropped to make room
 	// admitting are the connect requests whose Admit hook has not
 	// answered; hooks counts the hooks running, answered or not (a hook
 	// that never returns keeps its place): at most Backlog.
@@ -64,6 +63,8 @@ type acceptor struct {
 	failed   chan struct{}
 	failErr  error
 	failOnce sync.Once
+
+	stats listenStats // what became of the connect requests (Listener.Stats)
 }
 
 // handshakeRun is one handshake in progress.
@@ -154,11 +155,13 @@ func (l *acceptor) admitted(ev rdmacm.Event) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		l.stats.refused.Add(1)
 		cmsetup.Reject(ev.ID, wire.RejectShutdown, "listener is closing")
 		return
 	}
 	if len(l.acceptq) >= cap(l.acceptq) {
 		l.mu.Unlock()
+		l.stats.refused.Add(1)
 		cmsetup.Reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
 		return
 	}
@@ -168,7 +171,7 @@ func (l *acceptor) admitted(ev rdmacm.Event) {
 		// must not lock out one that does.
 		l.halfOpen[0].cancel()
 		l.halfOpen = l.halfOpen[1:]
-		l.dropped++
+		l.stats.dropped.Add(1)
 	}
 	ctx, cancel := context.WithTimeout(l.stop, l.cfg.HandshakeTimeout)
 	run := &handshakeRun{cancel: cancel}
@@ -188,12 +191,14 @@ func (l *acceptor) startAdmit(ev rdmacm.Event) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		l.stats.refused.Add(1)
 		cmsetup.Reject(ev.ID, wire.RejectShutdown, "listener is closing")
 		return
 	}
 	if l.hooks >= cap(l.acceptq) {
 		n := l.hooks
 		l.mu.Unlock()
+		l.stats.refused.Add(1)
 		cmsetup.Reject(ev.ID, wire.RejectOverloaded, admitBusyReason(n))
 		return
 	}
@@ -231,6 +236,7 @@ func (l *acceptor) runAdmit(r *admitRun) {
 	defer l.pending.Done()
 	r.timer.Stop()
 	if err != nil {
+		l.stats.refused.Add(1)
 		cmsetup.Reject(r.ev.ID, wire.RejectPolicy, err.Error())
 		return
 	}
@@ -247,6 +253,7 @@ func (l *acceptor) admitTimeout(r *admitRun) {
 		return
 	}
 	defer l.pending.Done()
+	l.stats.refused.Add(1)
 	cmsetup.Reject(r.ev.ID, wire.RejectOverloaded, admitTimeoutReason(l.cfg.HandshakeTimeout))
 }
 
@@ -291,11 +298,22 @@ func (l *acceptor) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 	// l.mu, as the loop counts both: the queue has room (the loop keeps
 	// queued + half-open within its capacity).
 	queued := l.finished(run, c)
-	if err != nil || queued {
-		return // on error, the dialer got our reject or its own timeout
+	if err != nil {
+		// The dialer got our reject or its own timeout. A handshake
+		// cancelled was dropped for a newer one (counted then) or cut
+		// by Close.
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			l.stats.failure(fmt.Errorf("handshake with %v: %w", ev.ID.PeerAddr(), err))
+		}
+		return
+	}
+	if queued {
+		l.stats.accepted.Add(1)
+		return
 	}
 	select {
 	case l.acceptq <- c:
+		l.stats.accepted.Add(1)
 	case <-l.closing:
 		c.Close()
 	}

@@ -123,7 +123,7 @@ func closedChan[T any]() chan T {
 }
 
 // acceptor is the RDMA side of a Listener (acceptor.go); none here.
-type acceptor struct{}
+type acceptor struct{ stats listenStats }
 
 func (*acceptor) accept() (*Conn, error) { return nil, opError("accept") }
 func (*acceptor) close() error           { return nil } // nothing is open

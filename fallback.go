@@ -215,6 +215,8 @@ type fallbackListener struct {
 	hooks   int
 	tcpErr  error // the TCP accept loop's end, if not Close
 	tcpDone chan struct{}
+
+	stats listenStats // the TCP side's outcomes; the RDMA listener keeps its own
 }
 
 // listenFallback is ListenConfig.Listen with lc.Fallback set.
@@ -361,6 +363,7 @@ func (f *fallbackListener) tcpLoop() {
 		}
 		f.mu.Unlock()
 		if full {
+			f.stats.refused.Add(1)
 			tcpframe.WriteReject(nc, fmt.Sprintf("accept backlog of %d is full", cap(f.acceptq)))
 			nc.Close()
 			continue
@@ -384,8 +387,13 @@ func (f *fallbackListener) handshake(nc *net.TCPConn) {
 		}
 	}()
 	var admit func(*net.TCPConn) error
+	refused := false // Admit refused, or did not answer in time
 	if f.admit != nil {
-		admit = func(nc *net.TCPConn) error { return f.runAdmit(nc, cut) }
+		admit = func(nc *net.TCPConn) error {
+			err := f.runAdmit(nc, cut)
+			refused = err != nil
+			return err
+		}
 	}
 	t, err := tcpHandshakeAccept(nc, &f.cfg, admit)
 	close(done)
@@ -393,12 +401,19 @@ func (f *fallbackListener) handshake(nc *net.TCPConn) {
 	f.halfOpen--
 	f.mu.Unlock()
 	if err != nil {
+		switch {
+		case refused:
+			f.stats.refused.Add(1)
+		case !deadline.IsClosed(cut): // not cut short by Close
+			f.stats.failure(fmt.Errorf("handshake with %v: %w", nc.RemoteAddr(), err))
+		}
 		nc.Close()
 		return
 	}
 	c := &Conn{tcp: t}
 	select {
 	case f.acceptq <- c:
+		f.stats.accepted.Add(1)
 	case <-f.closing:
 		c.Close()
 	}

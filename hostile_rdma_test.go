@@ -242,9 +242,7 @@ func TestHalfOpenFlood(t *testing.T) {
 				len(flood), now, backlog, bound)
 		}
 	}
-	ln.mu.Lock()
-	dropped := ln.dropped
-	ln.mu.Unlock()
+	dropped := ln.Stats().Dropped
 	t.Logf("after %d half-open dialers: listener holds %+v (bound %+v), %d handshakes in progress, %d dropped",
 		len(flood), now, bound, inProgress(), dropped)
 	if dropped == 0 {
@@ -274,14 +272,13 @@ func TestHalfOpenFlood(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		flood = append(flood, openHalf(t, addr, raw))
 	}
-	ln.mu.Lock()
-	n, more := len(ln.halfOpen), ln.dropped-dropped
-	ln.mu.Unlock()
+	n, more := inProgress(), ln.Stats().Dropped-dropped
 	if n > backlog || more == 0 {
 		t.Fatalf("%d in progress (backlog %d), %d more dropped", n, backlog, more)
 	}
 	// Once the flood is gone, every half-open handshake ends by the
 	// handshake timeout at the latest.
+	halfOpened := len(flood)
 	for _, h := range flood {
 		h.close()
 	}
@@ -296,6 +293,18 @@ func TestHalfOpenFlood(t *testing.T) {
 			t.Fatalf("%d handshakes still in progress after the handshake timeout", n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The listener's stats: the pair's and the flood's well-behaved
+	// dialer accepted; the half-open handshakes that were not dropped
+	// ended as failures (at their timeout, or when their dialer left),
+	// the latest with its reason.
+	st := ln.Stats()
+	t.Logf("listener stats: %+v", st)
+	if st.Accepted != 2 || st.Dropped == 0 || st.Failed == 0 || st.LastFailure == nil {
+		t.Errorf("listener stats %+v: want Accepted 2 and some dropped and failed handshakes, with the last failure's reason", st)
+	}
+	if got := st.Dropped + st.Failed; got > uint64(halfOpened) {
+		t.Errorf("%d handshakes dropped or failed, more than the %d half-open dialers", got, halfOpened)
 	}
 }
 
