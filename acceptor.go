@@ -293,6 +293,7 @@ func (l *acceptor) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 	defer l.pending.Done()
 	defer run.cancel()
 	cmsetup.TraceDelivery(ev, " (through the listener's loop)")
+	peer := ev.ID.PeerAddr() // read now: a failed handshake destroys the id
 	c, err := acceptConn(ctx, &l.cfg, ev)
 	// Off the half-open list and into Accept's queue in one step under
 	// l.mu, as the loop counts both: the queue has room (the loop keeps
@@ -303,7 +304,7 @@ func (l *acceptor) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 		// cancelled was dropped for a newer one (counted then) or cut
 		// by Close.
 		if !errors.Is(ctx.Err(), context.Canceled) {
-			l.stats.failure(fmt.Errorf("handshake with %v: %w", ev.ID.PeerAddr(), err))
+			l.stats.failure(fmt.Errorf("handshake with %v: %w", peer, err))
 		}
 		return
 	}

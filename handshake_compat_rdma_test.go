@@ -113,6 +113,17 @@ func TestHandshakeCompatDial(t *testing.T) {
 			t.Fatalf("dialer's error %q, want ErrHandshake with %q (version)", err, want)
 		}
 		t.Log(err)
+		// The listening side sees it too: one failed handshake, whose
+		// error names the dialer's version.
+		var st ListenerStats
+		for end := time.Now().Add(rdmatest.Scale(5 * time.Second)); ; time.Sleep(time.Millisecond) {
+			if st = ln.Stats(); st.Failed == 1 || time.Now().After(end) {
+				break
+			}
+		}
+		if st.Failed != 1 || st.Accepted != 0 || st.LastFailure == nil || !strings.Contains(st.LastFailure.Error(), "2.5") {
+			t.Fatalf("listener stats %+v: want one failed handshake naming version 2.5", st)
+		}
 		// The listener is unharmed: this version's dialer gets in.
 		accepted := acceptAsync(ln)
 		c, err = dialTest(ln.Addr().String(), (*Conn).hello)

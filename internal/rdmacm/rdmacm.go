@@ -692,9 +692,21 @@ func (i *ID) Verbs() unsafe.Pointer { return C.id_verbs(i.id) }
 // PortNum is the device port the id is bound to.
 func (i *ID) PortNum() uint8 { return uint8(C.id_port(i.id)) }
 
-// LocalAddr and PeerAddr report the id's addresses.
-func (i *ID) LocalAddr() netip.AddrPort { return fromSockaddr(C.local_addr(i.id)) }
-func (i *ID) PeerAddr() netip.AddrPort  { return fromSockaddr(C.peer_addr(i.id)) }
+// LocalAddr and PeerAddr report the id's addresses (zero once the id is
+// destroyed).
+func (i *ID) LocalAddr() netip.AddrPort {
+	if i.id == nil {
+		return netip.AddrPort{}
+	}
+	return fromSockaddr(C.local_addr(i.id))
+}
+
+func (i *ID) PeerAddr() netip.AddrPort {
+	if i.id == nil {
+		return netip.AddrPort{}
+	}
+	return fromSockaddr(C.peer_addr(i.id))
+}
 
 // InitQPAttr asks rdma_cm for the attributes that move a QP to state.
 func (i *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.AttrMask, error) {
