@@ -50,8 +50,11 @@ var stageRules = []struct {
 			strings.Contains(f, "window")
 	}},
 	{"post", func(fn string) bool {
+		// postOneSided is a one-sided call's whole course (the wait for a
+		// slot and for the operation's end among it), not its post: its
+		// post is postLocked, its waits the waiter's.
 		return method(fn, libPrefix+"/internal/verbs.(*QP).", "post") || strings.Contains(fn, "sqPush") ||
-			method(fn, libPrefix+".(*engine).", "post")
+			method(fn, libPrefix+".(*engine).", "post") && fn != libPrefix+".(*engine).postOneSided"
 	}},
 	{"poll", func(fn string) bool { return method(fn, libPrefix+"/internal/verbs.(*CQ).", "poll") }},
 	{"waiter", func(fn string) bool { return strings.HasPrefix(fn, libPrefix+"/internal/poller.(*Waiter).") }},

@@ -35,6 +35,12 @@ func TestStageOf(t *testing.T) {
 		{[]string{libPrefix + "/internal/verbs.(*QP).post", libPrefix + "/internal/verbs.(*QP).PostRecvSend"}, "send", "post"},
 		{[]string{libPrefix + "/internal/verbs.(*CQ).poll", libPrefix + "/internal/verbs.(*CQ).PollTries"}, "recv", "poll"},
 		{[]string{"time.runtimeNow", "time.Now", libPrefix + ".(*engine).handleCompletions"}, "recv", "clock"},
+		// A blocking one-sided call: its post is post, its wait for the
+		// operation's end the waiter's.
+		{[]string{libPrefix + ".(*engine).postLocked", libPrefix + ".(*engine).postOneSided"}, "send", "post"},
+		{[]string{libPrefix + "/internal/poller.(*Waiter).Spin", libPrefix + ".(*engine).spinWait",
+			libPrefix + ".(*engine).awaitOp", libPrefix + ".(*engine).postOneSided"}, "send", "waiter"},
+		{[]string{libPrefix + ".(*engine).postOneSided", libPrefix + ".(*engine).oneSided"}, "send", "library, other"},
 	} {
 		if got := stageOf(tc.frames, tc.phase); got != tc.want {
 			t.Errorf("stageOf(%v, %q) = %q, want %q", tc.frames, tc.phase, got, tc.want)
