@@ -295,6 +295,9 @@ func (l *acceptor) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 	cmsetup.TraceDelivery(ev, " (through the listener's loop)")
 	peer := ev.ID.PeerAddr() // read now: a failed handshake destroys the id
 	c, err := acceptConn(ctx, &l.cfg, ev)
+	if err == nil {
+		l.stats.accepted.Add(1) // before it is queued: Accept may return it at once
+	}
 	// Off the half-open list and into Accept's queue in one step under
 	// l.mu, as the loop counts both: the queue has room (the loop keeps
 	// queued + half-open within its capacity).
@@ -309,12 +312,10 @@ func (l *acceptor) handshake(ctx context.Context, run *handshakeRun, ev rdmacm.E
 		return
 	}
 	if queued {
-		l.stats.accepted.Add(1)
 		return
 	}
 	select {
 	case l.acceptq <- c:
-		l.stats.accepted.Add(1)
 	case <-l.closing:
 		c.Close()
 	}

@@ -411,9 +411,9 @@ func (f *fallbackListener) handshake(nc *net.TCPConn) {
 		return
 	}
 	c := &Conn{tcp: t}
+	f.stats.accepted.Add(1) // before it is queued: Accept may return it at once
 	select {
 	case f.acceptq <- c:
-		f.stats.accepted.Add(1)
 	case <-f.closing:
 		c.Close()
 	}

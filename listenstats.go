@@ -14,7 +14,9 @@ import (
 // ListenConfig.Fallback the counts are the sums of the RDMA and the TCP
 // side's. Every count only grows.
 type ListenerStats struct {
-	// Accepted counts connections established and queued for Accept.
+	// Accepted counts connections established (their handshake done)
+	// for Accept: counted before Accept can return them, and one that
+	// the listener's Close ended before Accept took it counts too.
 	Accepted uint64
 	// Refused counts connect requests answered with a refusal before
 	// their handshake began: Accept's queue (Config.Backlog) was full,

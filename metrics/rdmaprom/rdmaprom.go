@@ -50,6 +50,11 @@
 // among them, e.g. verbline_rdma_port_hw_stat_total{stat="rcvd_rnr_err"}
 // on Soft-RoCE or {stat="rnr_nak_retry_err"} on mlx5. Port 0 holds the
 // counters a driver keeps for the whole device.
+//
+// A listener's handshake outcomes are a collector of their own, one per
+// listener (see [NewListenerCollector]):
+//
+//	reg.MustRegister(rdmaprom.NewListenerCollector("api", ln))
 package rdmaprom
 
 import (
