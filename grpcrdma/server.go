@@ -284,11 +284,10 @@ func (s *Server) startStream(t *transport, st *stream, blk frame.Block) {
 			}
 		})
 	}
-	md := blk.Header
-	if md == nil {
-		md = metadata.MD{}
-	}
-	ctx = metadata.NewIncomingContext(ctx, md)
+	// A call without metadata carries a nil MD: metadata.FromIncomingContext
+	// and ValueFromIncomingContext read it as empty (the former returns
+	// its own copy), and it costs no map per call.
+	ctx = metadata.NewIncomingContext(ctx, blk.Header)
 	ctx = peer.NewContext(ctx, t.peerInfo)
 	ctx = grpc.NewContextWithServerTransportStream(ctx, transportStream{ss})
 	ss.ctx = ctx

@@ -47,6 +47,7 @@ type stream struct {
 	mu        sync.Mutex // guards the fields below
 	recv      flow.Recv
 	queue     []inMsg
+	queue0    [1]inMsg    // queue's first backing array: a unary call's one message needs no allocation
 	header    metadata.MD // the peer's headers (client: response headers)
 	gotHeader bool
 	trailer   metadata.MD
@@ -60,7 +61,7 @@ type stream struct {
 }
 
 func newStream(t *transport, id uint32) *stream {
-	return &stream{
+	s := &stream{
 		t:       t,
 		id:      id,
 		send:    flow.NewSend(t.peer.StreamWindow),
@@ -69,6 +70,8 @@ func newStream(t *transport, id uint32) *stream {
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	s.queue = s.queue0[:0]
+	return s
 }
 
 func (s *stream) signal() {
@@ -105,8 +108,8 @@ func (s *stream) deliverLocked(f frame.Frame, blk frame.Block, b buffer.Buf) (fi
 		}
 		s.gotHeader = true
 		s.header = blk.Header
-		if s.header == nil {
-			s.header = metadata.MD{}
+		if s.header == nil && !s.t.server {
+			s.header = metadata.MD{} // the caller's grpc.Header gets a map it may write to
 		}
 	} else if !s.gotHeader && f.Flags&frame.FlagStatus == 0 {
 		b.Release()
