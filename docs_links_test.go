@@ -76,15 +76,17 @@ func withoutCodeBlocks(md string) string {
 	return b.String()
 }
 
+// mdHeading is a Markdown heading line; its group is the heading's text.
+var mdHeading = regexp.MustCompile(`^#{1,6}\s+(.*)`)
+
 // headingAnchors returns the anchors GitHub gives a text's headings:
 // lower case, punctuation other than '-' and '_' dropped, spaces as '-',
 // and a repeated anchor numbered -1, -2, ...
 func headingAnchors(md string) map[string]bool {
 	anchors := map[string]bool{}
 	seen := map[string]int{}
-	heading := regexp.MustCompile(`^#{1,6}\s+(.*)`)
 	for line := range strings.Lines(md) {
-		m := heading.FindStringSubmatch(strings.TrimRight(line, "\n"))
+		m := mdHeading.FindStringSubmatch(strings.TrimRight(line, "\n"))
 		if m == nil {
 			continue
 		}
