@@ -155,14 +155,12 @@ func (l *acceptor) admitted(ev rdmacm.Event) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.stats.refused.Add(1)
-		cmsetup.Reject(ev.ID, wire.RejectShutdown, "listener is closing")
+		l.refuse(ev.ID, wire.RejectShutdown, "listener is closing")
 		return
 	}
 	if len(l.acceptq) >= cap(l.acceptq) {
 		l.mu.Unlock()
-		l.stats.refused.Add(1)
-		cmsetup.Reject(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
+		l.refuse(ev.ID, wire.RejectOverloaded, fmt.Sprintf("accept backlog of %d is full", cap(l.acceptq)))
 		return
 	}
 	if len(l.acceptq)+len(l.halfOpen) >= cap(l.acceptq) && len(l.halfOpen) > 0 {
@@ -191,15 +189,13 @@ func (l *acceptor) startAdmit(ev rdmacm.Event) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		l.stats.refused.Add(1)
-		cmsetup.Reject(ev.ID, wire.RejectShutdown, "listener is closing")
+		l.refuse(ev.ID, wire.RejectShutdown, "listener is closing")
 		return
 	}
 	if l.hooks >= cap(l.acceptq) {
 		n := l.hooks
 		l.mu.Unlock()
-		l.stats.refused.Add(1)
-		cmsetup.Reject(ev.ID, wire.RejectOverloaded, admitBusyReason(n))
+		l.refuse(ev.ID, wire.RejectOverloaded, admitBusyReason(n))
 		return
 	}
 	l.hooks++
@@ -236,8 +232,7 @@ func (l *acceptor) runAdmit(r *admitRun) {
 	defer l.pending.Done()
 	r.timer.Stop()
 	if err != nil {
-		l.stats.refused.Add(1)
-		cmsetup.Reject(r.ev.ID, wire.RejectPolicy, err.Error())
+		l.refuse(r.ev.ID, wire.RejectPolicy, err.Error())
 		return
 	}
 	l.admitted(r.ev)
@@ -253,8 +248,14 @@ func (l *acceptor) admitTimeout(r *admitRun) {
 		return
 	}
 	defer l.pending.Done()
+	l.refuse(r.ev.ID, wire.RejectOverloaded, admitTimeoutReason(l.cfg.HandshakeTimeout))
+}
+
+// refuse answers a connect request with a refusal before any handshake
+// began, and counts it (ListenerStats.Refused).
+func (l *acceptor) refuse(id *rdmacm.ID, code wire.RejectCode, reason string) {
 	l.stats.refused.Add(1)
-	cmsetup.Reject(r.ev.ID, wire.RejectOverloaded, admitTimeoutReason(l.cfg.HandshakeTimeout))
+	cmsetup.Reject(id, code, reason)
 }
 
 // fail makes Accept return err from now on (connections already queued
@@ -360,7 +361,7 @@ func (l *acceptor) close() error {
 		// hooks' answers come to nothing, and Close does not wait for them.
 		for r := range waiting {
 			r.timer.Stop()
-			cmsetup.Reject(r.ev.ID, wire.RejectShutdown, "listener is closing")
+			l.refuse(r.ev.ID, wire.RejectShutdown, "listener is closing")
 		}
 		unregisterListener(l)
 		err := l.id.Destroy()
